@@ -1,0 +1,110 @@
+"""On-disk cache of parsed traces, keyed by the sha256 of the trace file's raw bytes.
+
+One ``.npz`` file (uncompressed ``np.savez``) per file content and cache format version, in
+``$PREFIXSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/prefixsim/traces``, else
+``~/.cache/prefixsim/traces``. The key is the content of the file as stored (gzip or plain), not
+its name or mtime, so a renamed or touched file still hits and a changed byte misses.
+
+The cache is an optimisation only: a missing, unreadable, corrupt or stale entry is ignored (the
+caller re-parses and rewrites it), and a cache directory that cannot be written is not an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT_VERSION = "prefixsim-trace-cache-1"
+"""Bump whenever the parser's output or this file layout changes: old entries are then ignored."""
+
+_ARRAY_DTYPES: dict[str, np.dtype] = {
+    "timestamps": np.dtype(np.float64),
+    "input_lengths": np.dtype(np.int64),
+    "output_lengths": np.dtype(np.int64),
+    "offsets": np.dtype(np.int64),
+    "block_ids": np.dtype(np.int32),
+    "line_numbers": np.dtype(np.int64),
+}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def cache_dir() -> Path:
+    """The directory the cache lives in (it may not exist yet)."""
+    explicit = os.environ.get("PREFIXSIM_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec says to ignore a relative XDG_CACHE_HOME.
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "prefixsim" / "traces"
+
+
+def cache_path(key: str) -> Path:
+    """Where the entry for raw-content sha256 ``key`` is stored."""
+    return cache_dir() / f"{key}.{FORMAT_VERSION}.npz"
+
+
+def load(key: str) -> dict[str, Any] | None:
+    """The trace fields (all but ``name``) cached under ``key``, or None on any problem."""
+    try:
+        # Our own file object: np.load leaks the one it opens when the zip directory is bad.
+        with cache_path(key).open("rb") as f, np.load(f, allow_pickle=False) as npz:
+            if npz["format"].item() != FORMAT_VERSION or npz["key"].item() != key:
+                return None
+            fields: dict[str, Any] = {name: npz[name] for name in _ARRAY_DTYPES}
+            fields["sha256"] = npz["sha256"].item()
+            fields["n_blocks"] = int(npz["n_blocks"])
+    except Exception:  # missing, unreadable, truncated, not a zip, a member missing: re-parse
+        return None
+    return fields if _is_consistent(fields) else None
+
+
+def store(key: str, trace: Any) -> None:
+    """Cache ``trace`` (a :class:`~prefixsim.trace.Trace`) under ``key``, atomically; never raises
+    for an unwritable cache directory."""
+    path = cache_path(key)
+    arrays = {name: getattr(trace, name) for name in _ARRAY_DTYPES}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(
+                f,
+                format=np.str_(FORMAT_VERSION),
+                key=np.str_(key),
+                sha256=np.str_(trace.sha256),
+                n_blocks=np.int64(trace.n_blocks),
+                **arrays,
+            )
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _is_consistent(fields: dict[str, Any]) -> bool:
+    """Cheap structural checks so a damaged but loadable entry is never returned as a trace."""
+    if not isinstance(fields["sha256"], str) or not _SHA256.fullmatch(fields["sha256"]):
+        return False
+    for name, dtype in _ARRAY_DTYPES.items():
+        a = fields[name]
+        if a.dtype != dtype or a.ndim != 1:
+            return False
+    n = len(fields["input_lengths"])
+    offsets, block_ids, n_blocks = fields["offsets"], fields["block_ids"], fields["n_blocks"]
+    if n == 0 or any(len(fields[k]) != n for k in ("timestamps", "output_lengths", "line_numbers")):
+        return False
+    if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(block_ids):
+        return False
+    if (np.diff(offsets) < 0).any() or n_blocks < 0:
+        return False
+    return len(block_ids) == 0 or (block_ids.min() >= 0 and block_ids.max() < n_blocks)

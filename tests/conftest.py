@@ -1,0 +1,52 @@
+"""Shared test helpers: traces built in memory, independent of the file loader."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import pytest
+
+from prefixsim import Trace
+
+Request = tuple[int, Sequence[Hashable]]  # (input_length, hash_ids)
+
+
+def make_trace(requests: Sequence[Request], name: str = "test") -> Trace:
+    """A :class:`Trace` from ``(input_length, hash_ids)`` pairs, ids remapped by first use."""
+    dense: dict[Hashable, int] = {}
+    flat: list[int] = []
+    offsets = [0]
+    for _, hash_ids in requests:
+        flat.extend(dense.setdefault(h, len(dense)) for h in hash_ids)
+        offsets.append(len(flat))
+    n = len(requests)
+    return Trace(
+        name=name,
+        sha256=hashlib.sha256(repr(requests).encode()).hexdigest(),
+        timestamps=np.arange(n, dtype=np.float64),
+        input_lengths=np.array([r[0] for r in requests], dtype=np.int64),
+        output_lengths=np.zeros(n, dtype=np.int64),
+        offsets=np.array(offsets, dtype=np.int64),
+        block_ids=np.array(flat, dtype=np.int32),
+        n_blocks=len(dense),
+        line_numbers=np.arange(1, n + 1, dtype=np.int64),
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Point the binary trace cache at a per-session folder (inherited by subprocesses), so
+    tests never read or write the user's cache."""
+    import os
+
+    os.environ["PREFIXSIM_CACHE_DIR"] = str(tmp_path_factory.mktemp("trace-cache"))
+
+
+@pytest.fixture(scope="session")
+def conversation() -> Trace:
+    """The bundled Mooncake conversation trace."""
+    from prefixsim import load_trace
+
+    return load_trace("conversation", use_cache=False)
