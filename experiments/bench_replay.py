@@ -1,0 +1,79 @@
+"""Replay throughput of the compiled kernels against the plain-Python references.
+
+Prints, for each policy and capacity on the bundled conversation trace, block accesses per
+second of the kernel (best of --repeat runs) and of the reference (one run) side by side, and
+their ratio; plus trace parse time, binary-cache load time, the kernels' first-call time (JIT
+compile or on-disk cache load, reported apart from the replays) and peak memory.
+
+    python experiments/bench_replay.py [--trace conversation] [--repeat 5] [--no-reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+from prefixsim import load_trace, make_params, policy_names, replay_params
+from prefixsim.policies import get_policy
+
+CAPACITIES = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
+
+
+def best_of(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default="conversation")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--policies", default="S3FIFO,LRU", help=f"from {', '.join(policy_names())}")
+    ap.add_argument("--no-reference", action="store_true", help="skip the slow reference runs")
+    args = ap.parse_args()
+
+    parse = best_of(lambda: load_trace(args.trace, use_cache=False), 3)
+    load_trace(args.trace)  # make sure the binary cache exists
+    cached = best_of(lambda: load_trace(args.trace), 10)
+    trace = load_trace(args.trace)
+    n = trace.n_accesses
+    print(f"trace {trace.name}: {trace.n_requests:,} requests, {n:,} block accesses, "
+          f"{trace.n_blocks:,} distinct blocks")  # fmt: skip
+    print(f"parse (no cache): {parse * 1e3:.1f} ms   binary-cache load: {cached * 1e3:.2f} ms")
+
+    policies = args.policies.split(",")
+    for policy in policies:
+        kernel = get_policy(policy).kernel
+        start = time.perf_counter()
+        replay_params(trace, make_params(policy, 2048), 512)
+        first = time.perf_counter() - start
+        how = "loaded from disk cache" if kernel.stats.cache_hits else "compiled"
+        print(f"{policy} kernel first call: {first:.2f} s ({how})")
+
+    print()
+    header = (f"{'policy':<8}{'capacity':>9}{'hit rate':>10}{'kernel ms':>11}"
+              f"{'kernel Macc/s':>15}{'ref ms':>10}{'ref Macc/s':>12}{'speed-up':>10}")  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for policy in policies:
+        for capacity in CAPACITIES:
+            params = make_params(policy, capacity)
+            result = replay_params(trace, params, 512)
+            k = best_of(lambda p=params: replay_params(trace, p, 512), args.repeat)
+            row = (f"{policy:<8}{capacity:>9,}{result.overall_hit_rate:>10.4f}{k * 1e3:>11.2f}"
+                   f"{n / k / 1e6:>15.1f}")  # fmt: skip
+            if not args.no_reference:
+                r = best_of(lambda p=params: replay_params(trace, p, 512, engine="reference"), 1)
+                row += f"{r * 1e3:>10.0f}{n / r / 1e6:>12.2f}{r / k:>9.0f}x"
+            print(row)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\npeak memory (max RSS of this process): {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

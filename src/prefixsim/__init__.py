@@ -1,0 +1,30 @@
+"""prefixsim: exact block-level KV-cache prefix-caching simulation.
+
+>>> from prefixsim import load_trace, replay
+>>> result = replay(load_trace("conversation"), policy="S3FIFO", capacity=4096)
+>>> result.overall_hit_rate  # doctest: +SKIP
+"""
+
+from .errors import ParameterError, PrefixSimError, TraceError
+from .policies import PolicyParams, get_policy, policy_names, register
+from .replay import ReplayResult, make_params, replay, replay_params
+from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
+
+__all__ = [
+    "BUNDLED_TRACES",
+    "ParameterError",
+    "PolicyParams",
+    "PrefixSimError",
+    "ReplayResult",
+    "Trace",
+    "TraceError",
+    "get_policy",
+    "load_trace",
+    "make_params",
+    "oddities",
+    "policy_names",
+    "register",
+    "replay",
+    "replay_params",
+]
+__version__ = "0.1.0"

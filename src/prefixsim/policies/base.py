@@ -1,0 +1,143 @@
+"""What every eviction policy provides, and the registry that finds it by name.
+
+A policy is three small pieces, each with one job:
+
+* a frozen ``Params`` dataclass (subclass of :class:`PolicyParams`) that validates itself;
+* a plain-Python *reference* (subclass of :class:`ReferencePolicy`) that mirrors the
+  specification's pseudocode so a reader can check it line by line; it works on any hashable
+  block hash;
+* a compiled *kernel* (numba ``@njit(cache=True)``) that replays a whole trace over dense block
+  ids ``0..n_blocks-1`` with per-block state in flat arrays.
+
+Both are driven by :func:`prefixsim.replay.replay`, which owns the longest-prefix rule, so a new
+policy plugs in by calling :func:`register` and never touches the replay.
+
+Kernel contract::
+
+    kernel(block_ids, offsets, input_lengths, n_blocks, block_size, counters, *kernel_args)
+        -> (hit_tokens: int64[n_requests], final_cache_blocks: int)
+
+For every request ``r`` (blocks ``block_ids[offsets[r]:offsets[r+1]]``) the kernel first counts
+the leading blocks resident *at arrival* (stopping at the first non-resident one), stores
+``min(k * block_size, input_lengths[r])``, and only then accesses every block of the request in
+order. ``counters`` (int64, zeroed, one slot per name in ``counter_names``) is filled in place.
+"""
+
+from __future__ import annotations
+
+import operator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ParameterError
+
+COMMON_COUNTERS: tuple[str, ...] = ("block_hits", "evictions")
+"""Counters every policy reports: accesses that found the block resident, and resident blocks
+removed to make room (a block that only moves between a policy's internal queues is not
+evicted)."""
+
+
+def check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]``; bools and non-integral floats rejected."""
+    bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    if isinstance(value, bool):
+        raise ParameterError(name, value, f"expected an integer {bound}, not a boolean")
+    try:
+        as_int = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ParameterError(name, value, f"expected an integer {bound}") from None
+    if as_int < minimum or (maximum is not None and as_int > maximum):
+        raise ParameterError(name, value, f"expected an integer {bound}")
+    return int(as_int)
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Parameters of one policy. Subclasses add fields; construction validates everything."""
+
+    policy: ClassVar[str]
+    capacity: int
+    """Cache size in blocks (resident blocks; ghost metadata does not count)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity", check_int("capacity", self.capacity, 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"policy": name, "capacity": ..., <policy parameters>...}``."""
+        return {"policy": self.policy, **asdict(self)}
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+class ReferencePolicy(ABC):
+    """Plain-Python reference of a policy, written for reading, not for speed.
+
+    ``counters`` holds one entry per name in ``counter_names`` and is updated by ``access``.
+    """
+
+    counter_names: ClassVar[tuple[str, ...]] = COMMON_COUNTERS
+
+    def __init__(self, params: PolicyParams) -> None:
+        self.params = params
+        self.counters: dict[str, int] = dict.fromkeys(self.counter_names, 0)
+
+    @abstractmethod
+    def is_resident(self, h: Hashable) -> bool:
+        """Whether block ``h`` would be served from the cache right now."""
+
+    @abstractmethod
+    def access(self, h: Hashable) -> None:
+        """Apply the policy's access rule to block ``h`` (hit or miss)."""
+
+    @abstractmethod
+    def resident_count(self) -> int:
+        """Number of resident blocks (the final cache size at the end of a replay)."""
+
+
+Kernel = Callable[..., tuple[np.ndarray, int]]
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Everything the replay needs to know about one policy."""
+
+    name: str
+    params_type: type[PolicyParams]
+    reference: type[ReferencePolicy]
+    kernel: Kernel
+    kernel_args: Callable[[Any], tuple[Any, ...]]
+    """Extra positional arguments of the kernel, derived from a validated params object."""
+
+    @property
+    def counter_names(self) -> tuple[str, ...]:
+        return self.reference.counter_names
+
+
+_REGISTRY: dict[str, PolicySpec] = {}
+
+
+def register(spec: PolicySpec) -> PolicySpec:
+    if spec.name in _REGISTRY:
+        raise ValueError(f"policy {spec.name!r} is already registered")
+    if spec.params_type.policy != spec.name:
+        raise ValueError(f"{spec.params_type.__name__}.policy must be {spec.name!r}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def get_policy(name: object) -> PolicySpec:
+    try:
+        return _REGISTRY[name]  # type: ignore[index]
+    except (KeyError, TypeError):
+        allowed = f"expected one of {', '.join(policy_names())}"
+        raise ParameterError("policy", name, allowed) from None

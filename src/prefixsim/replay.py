@@ -1,0 +1,205 @@
+"""Replay a trace through a policy and account longest-prefix hits.
+
+Semantics (``prefix-caching-s3fifo.md``), identical for every policy and both engines: for each
+request in trace order,
+
+1. ``k`` = number of leading ``hash_ids`` resident *when the request arrives*, stopping at the
+   first miss (no skip-ahead, no set intersection);
+2. hit tokens = ``min(k * block_size, input_length)``;
+3. then every block of the request, hit or miss, is accessed in order through the policy.
+
+``engine="kernel"`` runs the policy's compiled kernel over dense block ids; ``"reference"`` runs
+the plain-Python reference with the loop below. Tests hold the two equal per request.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .errors import ParameterError
+from .policies import PolicyParams, get_policy
+from .policies.base import check_int
+from .trace import Trace
+
+Engine = Literal["kernel", "reference"]
+ENGINES: tuple[str, ...] = ("kernel", "reference")
+
+
+def make_params(policy: str = "S3FIFO", capacity: int = 4096, **policy_params: Any) -> PolicyParams:
+    """Validated parameters of ``policy``. Keys the policy does not have are ignored when their
+    value is ``None``, and rejected otherwise (so a typo is not silently dropped)."""
+    spec = get_policy(policy)
+    names = spec.params_type.field_names()
+    unknown = sorted(k for k, v in policy_params.items() if k not in names and v is not None)
+    if unknown:
+        allowed = ", ".join(n for n in names if n != "capacity") or "none"
+        raise ParameterError(
+            unknown[0],
+            policy_params[unknown[0]],
+            f"not a parameter of {policy} (its parameters: {allowed})",
+        )
+    kwargs = {k: v for k, v in policy_params.items() if k in names}
+    return spec.params_type(capacity=capacity, **kwargs)
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayResult:
+    """Outcome of one replay. Arrays are per request, in trace order."""
+
+    params: PolicyParams
+    block_size: int
+    trace_name: str
+    trace_sha256: str
+    hit_tokens: np.ndarray  # int64
+    prompt_tokens: np.ndarray  # int64, the requests' input_length
+    final_cache_blocks: int
+    counters: dict[str, int]
+    """``block_accesses``, ``block_hits``, ``evictions`` and the policy's own counters."""
+    engine: str
+    seconds: float = field(default=0.0, compare=False)
+    """Wall time of the replay itself (trace loading and JIT compilation excluded)."""
+
+    @property
+    def policy(self) -> str:
+        return self.params.policy
+
+    @property
+    def cache_capacity_blocks(self) -> int:
+        return self.params.capacity
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.hit_tokens)
+
+    @property
+    def total_hit_tokens(self) -> int:
+        return int(self.hit_tokens.sum())
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        return int(self.prompt_tokens.sum())
+
+    @property
+    def overall_hit_rate(self) -> float:
+        """``total_hit_tokens / total_prompt_tokens`` (0.0 for a trace with no prompt tokens)."""
+        total = self.total_prompt_tokens
+        return self.total_hit_tokens / total if total else 0.0
+
+    def to_report(self, per_request: bool = True) -> dict[str, Any]:
+        """The specification's report, plus the parameters and counters used."""
+        report: dict[str, Any] = {
+            "overall_hit_rate": self.overall_hit_rate,
+            "total_hit_tokens": self.total_hit_tokens,
+            "total_prompt_tokens": self.total_prompt_tokens,
+            "final_cache_blocks": self.final_cache_blocks,
+            "cache_capacity_blocks": self.cache_capacity_blocks,
+            "block_size": self.block_size,
+            **self.params.to_dict(),
+            "trace": self.trace_name,
+            "trace_sha256": self.trace_sha256,
+            "n_requests": self.n_requests,
+            "counters": dict(self.counters),
+        }
+        if per_request:
+            report["per_request"] = [
+                {"hit_tokens": h, "prompt_tokens": p}
+                for h, p in zip(self.hit_tokens.tolist(), self.prompt_tokens.tolist(), strict=True)
+            ]
+        return report
+
+
+def _as_trace(trace_or_path: Trace | str | os.PathLike[str]) -> Trace:
+    if isinstance(trace_or_path, Trace):
+        return trace_or_path
+    from .trace import load_trace
+
+    return load_trace(trace_or_path)
+
+
+def replay(
+    trace_or_path: Trace | str | os.PathLike[str],
+    policy: str = "S3FIFO",
+    capacity: int = 4096,
+    block_size: int = 512,
+    small_ratio: float = 0.1,
+    max_freq: int = 3,
+    ghost_freq: int = 0,
+    *,
+    engine: Engine = "kernel",
+    **policy_params: Any,
+) -> ReplayResult:
+    """Replay a trace (a :class:`Trace`, a path, or a bundled name) through ``policy``.
+
+    ``small_ratio``, ``max_freq`` and ``ghost_freq`` apply to S3FIFO and are ignored by policies
+    that do not have them; other policies' parameters go in ``policy_params``.
+    """
+    spec = get_policy(policy)
+    names = spec.params_type.field_names()
+    defaults = {"small_ratio": small_ratio, "max_freq": max_freq, "ghost_freq": ghost_freq}
+    params = make_params(
+        policy, capacity, **{k: v for k, v in defaults.items() if k in names}, **policy_params
+    )
+    return replay_params(_as_trace(trace_or_path), params, block_size, engine=engine)
+
+
+def replay_params(
+    trace: Trace, params: PolicyParams, block_size: int, *, engine: Engine = "kernel"
+) -> ReplayResult:
+    """Replay with already validated ``params`` (what the sweep calls for every grid point)."""
+    block_size = check_int("block_size", block_size, 1)
+    spec = get_policy(params.policy)
+    names = spec.counter_names
+    start = time.perf_counter()
+    if engine == "kernel":
+        cnt = np.zeros(len(names), np.int64)
+        hit_tokens, final = spec.kernel(
+            trace.block_ids,
+            trace.offsets,
+            trace.input_lengths,
+            trace.n_blocks,
+            block_size,
+            cnt,
+            *spec.kernel_args(params),
+        )
+        counters = dict(zip(names, cnt.tolist(), strict=True))
+    elif engine == "reference":
+        hit_tokens, final, counters = _reference_replay(trace, params, block_size)
+    else:
+        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+    seconds = time.perf_counter() - start
+    return ReplayResult(
+        params=params,
+        block_size=block_size,
+        trace_name=trace.name,
+        trace_sha256=trace.sha256,
+        hit_tokens=np.asarray(hit_tokens, dtype=np.int64),
+        prompt_tokens=trace.input_lengths,
+        final_cache_blocks=int(final),
+        counters={"block_accesses": trace.n_accesses, **counters},
+        engine=engine,
+        seconds=seconds,
+    )
+
+
+def _reference_replay(
+    trace: Trace, params: PolicyParams, block_size: int
+) -> tuple[np.ndarray, int, dict[str, int]]:
+    """The replay loop of the specification, over the plain-Python reference policy."""
+    cache = get_policy(params.policy).reference(params)
+    block_ids = trace.block_ids.tolist()
+    offsets = trace.offsets.tolist()
+    hit_tokens = np.empty(trace.n_requests, np.int64)
+    for r, input_length in enumerate(trace.input_lengths.tolist()):
+        hash_ids = block_ids[offsets[r] : offsets[r + 1]]
+        k = 0
+        while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
+            k += 1
+        hit_tokens[r] = min(k * block_size, input_length)
+        for h in hash_ids:
+            cache.access(h)
+    return hit_tokens, cache.resident_count(), dict(cache.counters)

@@ -1,0 +1,73 @@
+"""Hypothesis strategies: multi-turn, branching conversation traces and policy parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from prefixsim import ParameterError, make_params
+from prefixsim.policies import PolicyParams
+
+BLOCK_SIZES = (1, 2, 16, 512)
+
+
+@st.composite
+def conversations(draw: st.DrawFn, max_requests: int = 40) -> list[tuple[int, list[int]]]:
+    """Requests as ``(input_length, hash_ids)``: sessions that extend, branch, repeat and
+    restart earlier prompts, with duplicate hashes inside a request, ids shared across
+    unrelated requests, huge and negative ids, and input lengths that agree or disagree with
+    the number of blocks."""
+    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    fresh = iter(range(10**6, 10**7))
+    pool = st.one_of(
+        st.integers(0, 30),  # collisions across unrelated requests
+        st.integers(-(2**70), 2**70),  # far outside int64
+        st.builds(lambda: next(fresh)),
+    )
+    prompts: list[list[int]] = [[]]
+    requests = []
+    for _ in range(draw(st.integers(1, max_requests))):
+        base = draw(st.sampled_from(prompts))
+        kind = draw(st.sampled_from(["extend", "branch", "repeat", "new", "duplicate"]))
+        if kind == "extend":
+            ids = base + draw(st.lists(pool, min_size=1, max_size=6))
+        elif kind == "branch":
+            cut = draw(st.integers(0, len(base)))
+            ids = base[:cut] + draw(st.lists(pool, min_size=1, max_size=4))
+        elif kind == "repeat":
+            ids = list(base)
+        elif kind == "new":
+            ids = draw(st.lists(pool, max_size=8))
+        else:
+            ids = [*base, draw(st.sampled_from(base))] if base else [0, 0]
+        prompts.append(ids)
+        full = len(ids) * block_size
+        length = draw(
+            st.one_of(
+                st.integers(max(full - block_size + 1, 0), full),  # consistent, partial last block
+                st.integers(0, full + 2 * block_size),  # hash_ids longer or shorter
+            )
+        )
+        requests.append((length, ids))
+    return requests
+
+
+@st.composite
+def policy_params(draw: st.DrawFn, policy: str | None = None) -> PolicyParams:
+    policy = policy or draw(st.sampled_from(["S3FIFO", "LRU"]))
+    capacity = draw(st.one_of(st.integers(1, 6), st.integers(7, 64)))
+    kwargs: dict[str, Any] = {}
+    if policy == "S3FIFO":
+        max_freq = draw(st.integers(0, 4))
+        kwargs = {
+            "small_ratio": draw(st.sampled_from([0.1, 0.25, 0.34, 0.5, 0.75, 0.9])),
+            "max_freq": max_freq,
+            "ghost_freq": draw(st.integers(0, max_freq)),
+        }
+    try:
+        return make_params(policy, capacity, **kwargs)
+    except ParameterError:
+        assume(False)
+        raise
