@@ -193,6 +193,7 @@ def _reference_replay(
     cache = get_policy(params.policy).reference(params)
     block_ids = trace.block_ids.tolist()
     offsets = trace.offsets.tolist()
+    cache.prepare(block_ids, offsets)
     hit_tokens = np.empty(trace.n_requests, np.int64)
     for r, input_length in enumerate(trace.input_lengths.tolist()):
         hash_ids = block_ids[offsets[r] : offsets[r + 1]]
@@ -200,6 +201,5 @@ def _reference_replay(
         while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
             k += 1
         hit_tokens[r] = min(k * block_size, input_length)
-        for h in hash_ids:
-            cache.access(h)
+        cache.access_request(hash_ids)
     return hit_tokens, cache.resident_count(), dict(cache.counters)

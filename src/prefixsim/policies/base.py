@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
@@ -98,6 +98,22 @@ class ReferencePolicy(ABC):
     @abstractmethod
     def resident_count(self) -> int:
         """Number of resident blocks (the final cache size at the end of a replay)."""
+
+    def prepare(self, block_ids: Sequence[Hashable], offsets: Sequence[int]) -> None:
+        """Called once before a replay with the whole flat access stream and request offsets.
+
+        Online policies ignore it; offline ones (an oracle that knows future accesses) use it.
+        """
+        return None  # an optional hook: a no-op unless a policy needs it
+
+    def access_request(self, hash_ids: Sequence[Hashable]) -> None:
+        """Access a request's blocks in order, after its prefix scan.
+
+        Policies that care how a request's blocks relate to each other (prefix-aware ones)
+        override this; the default is the specification's per-block access loop.
+        """
+        for h in hash_ids:
+            self.access(h)
 
 
 Kernel = Callable[..., tuple[np.ndarray, int]]
