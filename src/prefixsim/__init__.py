@@ -6,20 +6,25 @@
 """
 
 from .errors import ParameterError, PrefixSimError, TraceError
+from .lru_curve import Ceiling, LRUCurve, ceiling, lru_curve
 from .policies import PolicyParams, get_policy, policy_names, register
 from .replay import ReplayResult, make_params, replay, replay_params
 from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
 
 __all__ = [
     "BUNDLED_TRACES",
+    "Ceiling",
+    "LRUCurve",
     "ParameterError",
     "PolicyParams",
     "PrefixSimError",
     "ReplayResult",
     "Trace",
     "TraceError",
+    "ceiling",
     "get_policy",
     "load_trace",
+    "lru_curve",
     "make_params",
     "oddities",
     "policy_names",

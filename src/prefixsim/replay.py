@@ -28,6 +28,7 @@ from .trace import Trace
 
 Engine = Literal["kernel", "reference"]
 ENGINES: tuple[str, ...] = ("kernel", "reference")
+MAX_BLOCK_SIZE = 2**31 - 1
 
 
 def make_params(policy: str = "S3FIFO", capacity: int = 4096, **policy_params: Any) -> PolicyParams:
@@ -151,7 +152,8 @@ def replay_params(
     trace: Trace, params: PolicyParams, block_size: int, *, engine: Engine = "kernel"
 ) -> ReplayResult:
     """Replay with already validated ``params`` (what the sweep calls for every grid point)."""
-    block_size = check_int("block_size", block_size, 1)
+    # Bounded so that k * block_size cannot overflow the kernels' int64 (k < 2**31 blocks).
+    block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     spec = get_policy(params.policy)
     names = spec.counter_names
     start = time.perf_counter()
