@@ -1,0 +1,125 @@
+"""``python -m sweep KEY=VALUE...``: run a Hydra-declared grid of replays in parallel.
+
+    python -m sweep capacity=1024,2048,4096 policy=S3FIFO,LRU
+
+The arguments go through :func:`sweep.argv.rewrite_argv` (grid sweeps into list form, in
+Hydra's own grammar), then through ``hydra.main`` (composition, ``--help``, ``--cfg job``, type
+checking against the structured config), then :func:`sweep.app.run_sweep` runs the grid.
+
+Exit status: 0 done; 1 some points failed (the others are written) or Hydra rejected the
+configuration; 2 a parameter the engine rejects, an unreadable trace, a run directory in use;
+130 interrupted (finished points are kept).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+"""``conf/`` of the source checkout (the project is installed editable: ``pip install -e .``)."""
+
+
+def _error(message: str) -> None:
+    print(f"sweep: error: {message}", file=sys.stderr)
+
+
+def _remove_if_fresh_and_empty(path: Path, since: float) -> None:
+    """Hydra creates the run directory (and its parents) before the task runs; do not leave
+    empty ones behind when the configuration is rejected."""
+    stop = Path.cwd().resolve()
+    path = path.resolve()
+    while path != stop and stop in path.parents:
+        try:
+            if any(path.iterdir()) or path.stat().st_mtime < since - 1:
+                return
+            path.rmdir()
+        except OSError:
+            return
+        path = path.parent
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .argv import ArgvError, rewrite_argv
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rewrite = rewrite_argv(args)
+    except ArgvError as err:
+        _error(str(err))
+        return 2
+    for note in rewrite.notes:
+        print(f"sweep: {note}", file=sys.stderr)
+    if not CONF_DIR.is_dir():
+        _error(
+            f"configuration directory {CONF_DIR} not found: install the project from its "
+            "source checkout (pip install -e .)"
+        )
+        return 2
+
+    import hydra
+    from omegaconf import DictConfig
+
+    from .config import register_configs
+
+    register_configs()
+    started = time.time()
+    status = {"code": 0}
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    def task(cfg: DictConfig) -> None:
+        status["code"] = _run(cfg, args, started)
+
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "sweep", *rewrite.argv]
+    try:
+        task()
+    except KeyboardInterrupt:
+        # outside the replays (e.g. while writing): finished batches are in the part files
+        _error("interrupted; run the same command again to resume")
+        return 130
+    finally:
+        sys.argv = saved
+    return status["code"]
+
+
+def _run(cfg: Any, argv: Sequence[str], started: float) -> int:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    import prefixsim
+
+    from .app import run_sweep
+    from .config import to_sweep_config
+
+    try:
+        sweep_cfg = to_sweep_config(cfg)
+    except prefixsim.PrefixSimError as err:
+        _error(str(err))
+        _remove_if_fresh_and_empty(Path(os.path.abspath(str(cfg.out_dir))), started)
+        return 2
+    try:
+        overrides: list[str] | None = list(HydraConfig.get().overrides.task)
+    except ValueError:
+        overrides = None
+    try:
+        summary = run_sweep(
+            sweep_cfg,
+            command=["python", "-m", "sweep", *argv],
+            overrides=overrides,
+            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+            release_workers=True,
+        )
+    except prefixsim.PrefixSimError as err:
+        _error(str(err))
+        _remove_if_fresh_and_empty(Path(os.path.abspath(sweep_cfg.out_dir)), started)
+        return 2
+    return summary.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

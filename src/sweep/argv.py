@@ -1,0 +1,185 @@
+"""Command-line pre-pass: grid sweeps in Hydra's own grammar, without ``--multirun``.
+
+Users type ``python -m sweep capacity=1024,2048,4096 policy=S3FIFO,LRU``. In Hydra's run mode
+a sweep value is an error ("Ambiguous value ... add --multirun"), and ``--multirun`` would launch
+one Hydra job per point (about 60 ms each, more than a replay). Every grid key is a list in the
+structured config instead, and this pre-pass rewrites each grid override into list form before
+Hydra reads ``sys.argv``:
+
+=====================================  =======================================
+typed                                  handed to Hydra
+=====================================  =======================================
+``capacity=1024``                      ``capacity=[1024]``
+``capacity=1024,2048``                 ``capacity=[1024,2048]``
+``capacity=choice(1024,2048)``         ``capacity=[1024,2048]``
+``'capacity=range(1024,4097,1024)'``   ``capacity=[1024,2048,3072,4096]``
+``capacity=[1024,2048]``               unchanged
+``trace=conversation,'my trace.gz'``   ``trace=[conversation,'my trace.gz']``
+=====================================  =======================================
+
+Nothing is parsed by hand: the arguments are split by Hydra's own argument parser, each
+override is parsed by Hydra's ``OverridesParser``, and values are re-serialized with the
+override's own sweep iterators (which keep quoting and escapes). Anything that does not parse
+is left as typed, so Hydra reports the error exactly as it would have. Flags such as ``--help``,
+``--cfg job`` and ``--info`` pass through untouched; ``--multirun``/``-m`` is dropped (the sweep
+already runs every point, in parallel, in one process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from .config import GRID_KEYS
+
+MULTIRUN_FLAGS = ("--multirun", "-m")
+
+
+class ArgvError(Exception):
+    """An override the sweep cannot run (one line, for the user)."""
+
+
+@dataclass
+class Rewrite:
+    argv: list[str]
+    """Arguments for Hydra (without the program name)."""
+    notes: list[str] = field(default_factory=list)
+    """Messages for the user (e.g. ``--multirun`` dropped)."""
+
+
+def _hydra_args_parser() -> argparse.ArgumentParser:
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser()
+
+
+def _value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Option strings that consume the next argument as their value (``--cfg job``)."""
+    out: set[str] = set()
+    for action in parser._actions:
+        if action.option_strings and action.nargs != 0:
+            out.update(action.option_strings)
+    return out
+
+
+def _positional_indices(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[int] | None:
+    """Indices of the override arguments in ``argv``, as Hydra's parser sees them; None when the
+    arguments do not parse (Hydra will then report the problem itself)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            args = parser.parse_args(list(argv))
+    except SystemExit:
+        return None
+    overrides: list[str] = list(args.overrides or [])
+    value_opts = _value_options(parser)
+    indices: list[int] = []
+    skip_next = False
+    for i, token in enumerate(argv):
+        if skip_next:
+            skip_next = False
+            continue
+        if token.startswith("-") and not token.startswith("--") and len(token) > 1:
+            # short option; with a value it is either attached (-cjob) or the next token
+            if token in value_opts:
+                skip_next = True
+            continue
+        if token.startswith("--"):
+            if "=" not in token and token in value_opts:
+                skip_next = True
+            continue
+        indices.append(i)
+    if [argv[i] for i in indices] != overrides:
+        return None  # an unusual layout (e.g. --info with its optional value): leave it alone
+    return indices
+
+
+def rewrite_override(text: str) -> str:
+    """One override in the form Hydra's run mode accepts (grid keys as lists).
+
+    Raises :class:`ArgvError` for a sweep that the sweep cannot run (a sweep over a key that is
+    not a grid key, or an ``interval()``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(text)
+    except HydraException:
+        return text  # let Hydra report the parse error in its own words
+    key = override.key_or_group
+    is_grid = key in GRID_KEYS and override.package is None
+    if not is_grid:
+        if override.is_sweep_override():
+            grid = ", ".join(GRID_KEYS)
+            raise ArgvError(
+                f"'{text}': only the grid keys take several values ({grid}); "
+                f"choose one value for '{key}'"
+            )
+        return text
+    if override.is_delete() or override.value_type is None:
+        return text
+    if override.value_type == ValueType.ELEMENT:
+        value = override.value()
+        if isinstance(value, (list, dict)):
+            return text  # already a list (or a mapping, which Hydra rejects with the key name)
+        return f"{override.get_key_element()}=[{override.get_value_element_as_str()}]"
+    if override.value_type == ValueType.INTERVAL_SWEEP:
+        raise ArgvError(
+            f"'{text}': interval() is a continuous range for optimizing sweepers; "
+            f"list the values, or use range(start, stop, step)"
+        )
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        raise ArgvError(f"'{text}': glob() selects config group options, not values of '{key}'")
+    values = ",".join(_sweep_strings(override))
+    return f"{override.get_key_element()}=[{values}]"
+
+
+def _sweep_strings(override: Any) -> list[str]:
+    """The values of a choice or range sweep, serialized by Hydra. A float ``range()`` is
+    stepped in decimal from the numbers as typed (Hydra's ``FloatRange`` over the exact binary
+    values would give ``range(0.05,0.3,0.05)`` the value 0.15000000000000002, not 0.15)."""
+    from hydra.core.override_parser.types import FloatRange, RangeSweep, Transformer
+
+    sweep = override.value()
+    if isinstance(sweep, RangeSweep) and isinstance(sweep.range(), FloatRange):
+        assert sweep.start is not None and sweep.stop is not None
+        exact = FloatRange(
+            *(Decimal(repr(float(x))) for x in (sweep.start, sweep.stop, sweep.step))
+        )
+        values = list(exact)
+        if sweep.shuffle:
+            random.shuffle(values)
+        return [Transformer.str(v) for v in values]
+    return list(override.sweep_string_iterator())
+
+
+def rewrite_overrides(overrides: Sequence[str]) -> list[str]:
+    """:func:`rewrite_override` over a list (for Hydra's compose API and the tests)."""
+    return [rewrite_override(o) for o in overrides]
+
+
+def rewrite_argv(argv: Sequence[str]) -> Rewrite:
+    """Rewrite the command-line arguments (without the program name) for Hydra's run mode."""
+    notes: list[str] = []
+    kept: list[str] = []
+    for token in argv:
+        if token in MULTIRUN_FLAGS:
+            notes.append(
+                f"{token} is not needed: the sweep runs every point of the grid in one run; "
+                "ignoring it"
+            )
+            continue
+        kept.append(token)
+    indices = _positional_indices(kept, _hydra_args_parser())
+    if indices is None:
+        return Rewrite(kept, notes)
+    out = list(kept)
+    for i in indices:
+        out[i] = rewrite_override(kept[i])
+    return Rewrite(out, notes)

@@ -1,0 +1,198 @@
+"""Plan a sweep: the grid's points, deduplicated and validated before any replay.
+
+A point is one replay: a trace, a policy with validated parameters, and a block size. The grid
+is the Cartesian product of the grid keys, except that a policy parameter a policy does not have
+(``PolicyParams.field_names()``) does not multiply that policy: ``policy=S3FIFO,LRU
+small_ratio=0.05,0.1`` has two S3FIFO points per capacity and one LRU point, whose
+``small_ratio`` is null. Every point is validated with :func:`prefixsim.make_params` while
+planning, so a bad value fails the sweep before the first replay.
+
+Points are identified across runs by :func:`point_key`, a digest of the trace's content
+(sha256, not its name or path), the block size and every parameter of the policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import prefixsim
+from prefixsim import ParameterError, PolicyParams
+
+from .config import POLICY_PARAM_KEYS, SweepConfig
+
+
+class PlanError(prefixsim.PrefixSimError):
+    """A grid that cannot be run (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """A point before its trace is loaded (the trace is referred to as typed)."""
+
+    trace: str
+    params: PolicyParams
+    block_size: int
+
+    @property
+    def policy(self) -> str:
+        return self.params.policy
+
+    def describe(self) -> str:
+        """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
+        items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
+        return " ".join(f"{k}={v}" for k, v in items.items())
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point of the sweep, with its identity in the run directory."""
+
+    point_id: int
+    key: str
+    trace: str
+    """The trace as typed (bundled name or path), as loaded into :class:`prefixsim.Trace`."""
+    trace_sha256: str
+    params: PolicyParams
+    block_size: int
+
+    @property
+    def policy(self) -> str:
+        return self.params.policy
+
+    def param(self, name: str) -> Any:
+        """Value of a policy parameter, or None when the policy does not have it."""
+        return getattr(self.params, name, None)
+
+    def describe(self) -> str:
+        items = {
+            "point_id": self.point_id,
+            "trace": self.trace,
+            "block_size": self.block_size,
+            **self.params.to_dict(),
+        }
+        return " ".join(f"{k}={v}" for k, v in items.items())
+
+
+def point_key(trace_sha256: str, params: PolicyParams, block_size: int) -> str:
+    """Stable identity of a point: a digest of the trace content, the block size and every
+    parameter of the policy (so a changed default is a different point)."""
+    doc = {"trace_sha256": trace_sha256, "block_size": block_size, **params.to_dict()}
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    out = []
+    for v in values:
+        marker = (type(v), v)
+        if marker not in seen:
+            seen.add(marker)
+            out.append(v)
+    return out
+
+
+def _check_block_size(value: int) -> int:
+    from prefixsim.policies.base import check_int
+
+    return check_int("block_size", value, 1)
+
+
+def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
+    """The grid's points in order (trace, policy, capacity, block_size, then the policy's
+    parameters), deduplicated, each validated by the engine.
+
+    Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
+    what is allowed and, for an invalid point, how many points are invalid.
+    """
+    for key in ("trace", "policy", "capacity", "block_size"):
+        if not getattr(cfg, key):
+            raise PlanError(f"{key}: empty list; the grid needs at least one value")
+    traces = _unique(cfg.trace)
+    policies = _unique(cfg.policy)
+    for name in policies:
+        prefixsim.get_policy(name)  # unknown policy: ParameterError naming the known ones
+    block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
+    capacities = _unique(cfg.capacity)
+    param_values = {k: _unique(getattr(cfg, k)) for k in POLICY_PARAM_KEYS}
+
+    points: list[GridPoint] = []
+    errors: list[tuple[dict[str, Any], ParameterError]] = []
+    seen: set[tuple[str, int, PolicyParams]] = set()
+    for trace in traces:
+        for policy in policies:
+            names = prefixsim.get_policy(policy).params_type.field_names()
+            applicable = [k for k in POLICY_PARAM_KEYS if k in names]
+            for key in applicable:
+                if not param_values[key]:
+                    raise PlanError(f"{key}: empty list; {policy} needs at least one value")
+            combos = itertools.product(*(param_values[k] for k in applicable))
+            combos_list = [dict(zip(applicable, c, strict=True)) for c in combos]
+            for capacity in capacities:
+                for block_size in block_sizes:
+                    for extra in combos_list:
+                        try:
+                            params = prefixsim.make_params(policy, capacity, **extra)
+                        except ParameterError as err:
+                            errors.append(({"policy": policy, "capacity": capacity, **extra}, err))
+                            continue
+                        marker = (trace, block_size, params)
+                        if marker in seen:
+                            continue
+                        seen.add(marker)
+                        points.append(GridPoint(trace, params, block_size))
+    if errors:
+        where, first = errors[0]
+        described = " ".join(f"{k}={v}" for k, v in where.items())
+        n = len(errors)
+        raise PlanError(f"{first} ({n} invalid point{'s' if n > 1 else ''}; first: {described})")
+    return points
+
+
+def unused_parameters(cfg: SweepConfig) -> list[str]:
+    """Policy parameters given several values that no policy of the grid has (a warning)."""
+    out = []
+    for key in POLICY_PARAM_KEYS:
+        values = getattr(cfg, key)
+        has = [
+            p
+            for p in _unique(cfg.policy)
+            if key in prefixsim.get_policy(p).params_type.field_names()
+        ]
+        if not has and len(_unique(values)) > 1:
+            out.append(key)
+    return out
+
+
+def assign_points(
+    grid: Sequence[GridPoint],
+    shas: dict[str, str],
+    registry: dict[str, int],
+) -> tuple[list[Point], dict[str, int]]:
+    """Give every grid point its key and id. ``shas`` maps a trace as typed to its sha256;
+    ``registry`` maps the keys already known in the run directory to their ids, which are kept;
+    new keys get the next ids in grid order. Points of different traces with the same content
+    (the same sha256) are one point (the first trace name wins).
+
+    Returns the points and the updated registry.
+    """
+    registry = dict(registry)
+    next_id = max(registry.values(), default=-1) + 1
+    points: list[Point] = []
+    seen: set[str] = set()
+    for gp in grid:
+        sha = shas[gp.trace]
+        key = point_key(sha, gp.params, gp.block_size)
+        if key in seen:
+            continue
+        seen.add(key)
+        if key not in registry:
+            registry[key] = next_id
+            next_id += 1
+        points.append(Point(registry[key], key, gp.trace, sha, gp.params, gp.block_size))
+    return points, registry

@@ -1,0 +1,345 @@
+"""Execute points with joblib: batching, the worker function, progress.
+
+The parent process loads each trace once and hands batches of points to joblib. A batch holds
+points of one trace, consecutive in point_id order, sized so that a task carries a fraction of a
+second of work (per-task overhead is then negligible per point) while every worker still gets
+several tasks. The trace travels with every task, but cheaply: loky memory-maps its large arrays
+(one dump per sweep), Dask scatters it once, threads share it, and each worker keeps one private,
+writable copy per trace (keyed by sha256) so the compiled kernels see the exact argument types
+the parent compiled (and cached on disk) before dispatch: workers load, never compile.
+
+A point that raises is caught in the worker and returned as a failure; the others go on.
+Results do not depend on the backend, ``n_jobs`` or the batch size: each point is one
+deterministic replay, and rows are ordered by point_id when written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import prefixsim
+from prefixsim import PolicyParams, Trace
+
+from .config import Backend, ExecutorConfig
+from .grid import Point
+
+log = logging.getLogger("sweep")
+
+TARGET_BATCH_SECONDS = 0.25
+"""Work per task aimed at (estimated from a timed warm-up replay per policy)."""
+MIN_TASKS_PER_WORKER = 4
+"""Batches are small enough that each worker gets at least this many (load balance)."""
+IN_PROCESS_SECONDS = 0.5
+"""Below this much estimated work, an automatic-batch loky/threading sweep runs in this process
+(starting worker processes would cost more than the replays)."""
+
+
+# --- worker side ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One point's result, as returned by a worker (``error`` set when it failed)."""
+
+    point_id: int
+    error: str | None = None
+    n_requests: int = 0
+    total_prompt_tokens: int = 0
+    total_hit_tokens: int = 0
+    overall_hit_rate: float = 0.0
+    final_cache_blocks: int = 0
+    counters: dict[str, int] | None = None
+    seconds: float = 0.0
+    hit_tokens: np.ndarray | None = None
+
+
+_LOCAL_TRACES: dict[str, Trace] = {}
+_MAX_LOCAL_TRACES = 4
+
+
+def _local_trace(trace: Trace) -> Trace:
+    """This process's copy of ``trace``: arrays owned, writable and contiguous (a memory-mapped
+    or deserialized read-only array would make numba compile a new specialization)."""
+    cached = _LOCAL_TRACES.get(trace.sha256)
+    if cached is not None:
+        return cached
+    arrays = {
+        f.name: a
+        for f in dataclasses.fields(trace)
+        if isinstance(a := getattr(trace, f.name), np.ndarray)
+    }
+    ok = (a.flags.writeable and a.flags.c_contiguous and a.flags.aligned for a in arrays.values())
+    if not all(ok) or any(type(a) is not np.ndarray for a in arrays.values()):
+        owned = {name: np.array(a, copy=True, order="C", subok=False) for name, a in arrays.items()}
+        trace = dataclasses.replace(trace, **owned)  # type: ignore[arg-type]
+    if len(_LOCAL_TRACES) >= _MAX_LOCAL_TRACES:
+        _LOCAL_TRACES.pop(next(iter(_LOCAL_TRACES)))
+    _LOCAL_TRACES[trace.sha256] = trace
+    return trace
+
+
+def clear_local_traces() -> None:
+    _LOCAL_TRACES.clear()
+
+
+def run_batch(
+    trace: Trace, items: Sequence[tuple[int, PolicyParams, int]], per_request: bool
+) -> list[Outcome]:
+    """Replay a batch of points of one trace (runs in a worker). Never raises for a point: a
+    failure is returned with the exception's type, message and location."""
+    trace = _local_trace(trace)
+    out: list[Outcome] = []
+    for point_id, params, block_size in items:
+        try:
+            r = prefixsim.replay_params(trace, params, block_size)
+            out.append(
+                Outcome(
+                    point_id=point_id,
+                    n_requests=r.n_requests,
+                    total_prompt_tokens=r.total_prompt_tokens,
+                    total_hit_tokens=r.total_hit_tokens,
+                    overall_hit_rate=r.overall_hit_rate,
+                    final_cache_blocks=r.final_cache_blocks,
+                    counters=dict(r.counters),
+                    seconds=r.seconds,
+                    hit_tokens=r.hit_tokens if per_request else None,
+                )
+            )
+        except Exception as err:
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            location = f" (at {os.path.basename(where.filename)}:{where.lineno})"
+            out.append(Outcome(point_id, error=f"{type(err).__name__}: {err}{location}"))
+    return out
+
+
+# --- parent side ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    trace_sha256: str
+    points: tuple[Point, ...]
+
+    def items(self) -> list[tuple[int, PolicyParams, int]]:
+        return [(p.point_id, p.params, p.block_size) for p in self.points]
+
+
+@dataclass
+class Plan:
+    """How a sweep's points will be executed."""
+
+    batches: list[Batch]
+    batch_size: int | None
+    """The batch size used, None when it varies by trace (automatic)."""
+    in_process: bool
+    workers: int
+    estimated_seconds: float
+
+
+def warm_up(traces: dict[str, Trace], points: Sequence[Point]) -> dict[str, float]:
+    """Load (or compile and cache on disk) every kernel the sweep uses, in this process, before
+    any worker starts; returns the measured replay cost per block access of each policy."""
+    cost: dict[str, float] = {}
+    first: dict[str, Point] = {}
+    for p in points:
+        first.setdefault(p.policy, p)
+    for policy, p in first.items():
+        trace = _local_trace(traces[p.trace_sha256])
+        sample = _head(trace, 20_000)
+        prefixsim.replay_params(sample, p.params, p.block_size)  # load or compile
+        best = math.inf
+        for _ in range(2):
+            r = prefixsim.replay_params(sample, p.params, p.block_size)
+            best = min(best, r.seconds)
+        cost[policy] = best / max(1, sample.n_accesses)
+    return cost
+
+
+def _head(trace: Trace, accesses: int) -> Trace:
+    """The first requests of ``trace`` holding about ``accesses`` block accesses (same array
+    types as the whole trace)."""
+    n = int(np.searchsorted(trace.offsets, accesses, side="left"))
+    n = max(1, min(n, trace.n_requests))
+    end = int(trace.offsets[n])
+    block_ids = np.ascontiguousarray(trace.block_ids[:end])
+    return dataclasses.replace(
+        trace,
+        timestamps=trace.timestamps[:n].copy(),
+        input_lengths=trace.input_lengths[:n].copy(),
+        output_lengths=trace.output_lengths[:n].copy(),
+        offsets=trace.offsets[: n + 1].copy(),
+        block_ids=block_ids.copy(),
+        n_blocks=int(block_ids.max()) + 1 if end else 0,
+        line_numbers=trace.line_numbers[:n].copy(),
+    )
+
+
+def effective_workers(ex: ExecutorConfig, client: Any = None) -> int:
+    if ex.backend == Backend.dask and client is not None:
+        total = sum(client.nthreads().values()) or 1
+        return total if ex.n_jobs < 0 else min(ex.n_jobs, total)
+    import joblib
+
+    if ex.n_jobs < 0:
+        return max(1, joblib.cpu_count() + 1 + ex.n_jobs)
+    return max(1, ex.n_jobs)
+
+
+def plan_batches(
+    points: Sequence[Point],
+    traces: dict[str, Trace],
+    ex: ExecutorConfig,
+    workers: int,
+    cost_per_access: dict[str, float],
+) -> Plan:
+    """Split ``points`` into batches (one trace each, consecutive point ids)."""
+    by_trace: dict[str, list[Point]] = {}
+    for p in sorted(points, key=lambda p: p.point_id):
+        by_trace.setdefault(p.trace_sha256, []).append(p)
+    estimate = {
+        p.point_id: cost_per_access.get(p.policy, 1e-8) * traces[p.trace_sha256].n_accesses
+        for p in points
+    }
+    total = sum(estimate.values())
+    in_process = ex.backend != Backend.dask and (
+        ex.n_jobs == 1 or workers == 1 or (ex.batch_size is None and total < IN_PROCESS_SECONDS)
+    )
+    batches: list[Batch] = []
+    for sha, group in by_trace.items():
+        if ex.batch_size is not None:
+            size = ex.batch_size
+        elif in_process:
+            size = max(1, math.ceil(TARGET_BATCH_SECONDS / max(1e-9, _mean(group, estimate))))
+        else:
+            per_point = max(1e-9, _mean(group, estimate))
+            by_time = max(1, math.floor(TARGET_BATCH_SECONDS / per_point))
+            by_balance = max(1, math.ceil(len(points) / (MIN_TASKS_PER_WORKER * workers)))
+            size = min(by_time, by_balance)
+        for i in range(0, len(group), size):
+            batches.append(Batch(sha, tuple(group[i : i + size])))
+    if ex.batch_size is None and len(batches) == 1 and ex.backend != Backend.dask:
+        in_process = True
+    sizes = {len(b.points) for b in batches}
+    return Plan(
+        batches=batches,
+        batch_size=ex.batch_size if ex.batch_size is not None else (max(sizes) if sizes else 0),
+        in_process=in_process,
+        workers=1 if in_process else workers,
+        estimated_seconds=total,
+    )
+
+
+def _mean(group: Sequence[Point], estimate: dict[int, float]) -> float:
+    return sum(estimate[p.point_id] for p in group) / max(1, len(group))
+
+
+@contextmanager
+def dask_client(ex: ExecutorConfig) -> Iterator[Any]:
+    """A ``distributed.Client`` at ``ex.address``, or on a local cluster started (and stopped)
+    here."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise prefixsim.PrefixSimError(
+            "executor=dask needs the dask and distributed packages: pip install 'prefixsim[dask]'"
+        ) from None
+    with ExitStack() as stack:
+        stack.enter_context(_quiet("distributed"))
+        if ex.address:
+            client = stack.enter_context(Client(ex.address, set_as_default=False))
+        else:
+            n_workers = ex.n_workers or (ex.n_jobs if ex.n_jobs > 0 else None)
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=n_workers,
+                    threads_per_worker=ex.threads_per_worker,
+                    processes=ex.processes,
+                    dashboard_address=None,
+                )
+            )
+            client = stack.enter_context(Client(cluster, set_as_default=False))
+        yield client
+
+
+def release_loky_workers() -> None:
+    """Stop loky's reusable worker processes now. Left alone, they idle until the interpreter
+    exits, which then waits about a second for them to shut down; killing idle workers is
+    instant. (A later sweep in the same process starts new ones.)"""
+    try:
+        from joblib.externals.loky import reusable_executor
+    except ImportError:  # pragma: no cover - joblib always vendors loky
+        return
+    executor = getattr(reusable_executor, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=True)
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Keep a chatty library's INFO messages (cluster start and stop) out of the sweep's log."""
+    logger = logging.getLogger(name)
+    previous = logger.level
+    if logger.getEffectiveLevel() < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+def execute(
+    plan: Plan,
+    traces: dict[str, Trace],
+    ex: ExecutorConfig,
+    per_request: bool,
+    on_batch: Callable[[Batch, list[Outcome]], None],
+    client: Any = None,
+) -> None:
+    """Run every batch of ``plan``; ``on_batch`` is called in this process as each finishes (in
+    completion order). KeyboardInterrupt propagates after the workers are stopped."""
+    if plan.in_process:
+        for batch in plan.batches:
+            on_batch(batch, run_batch(traces[batch.trace_sha256], batch.items(), per_request))
+        return
+    import joblib
+
+    calls = (
+        joblib.delayed(run_batch)(traces[b.trace_sha256], b.items(), per_request)
+        for b in plan.batches
+    )
+    backend_args: dict[str, Any] = {}
+    if ex.backend == Backend.dask:
+        backend_args["scatter"] = list(traces.values())
+    # Outcomes come back with their point ids; map them back to batches as they finish.
+    by_first_id = {b.points[0].point_id: b for b in plan.batches}
+    with ExitStack() as stack:
+        if client is not None:
+            stack.enter_context(client.as_current())
+        stack.enter_context(
+            joblib.parallel_config(backend=ex.backend.value, n_jobs=plan.workers, **backend_args)
+        )
+        # On an interrupt joblib warns about the tasks it cancels; the sweep says it better.
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings(
+            "ignore",
+            message=r".*(executed\s+but not used|have been\s+cancelled)",
+            category=UserWarning,
+        )
+        parallel = joblib.Parallel(return_as="generator_unordered", batch_size=1)
+        results = parallel(calls)
+        try:
+            for outcomes in results:
+                on_batch(by_first_id[outcomes[0].point_id], outcomes)
+        finally:
+            results.close()

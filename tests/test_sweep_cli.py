@@ -1,0 +1,202 @@
+"""``python -m sweep`` as users type it: from another folder, without --multirun, and killed.
+
+Each test runs the real command in a subprocess whose working directory is a temporary folder
+outside the repository (the README's set-up installs the package, so it works from anywhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sweep import ExecutorConfig, SweepConfig, run_sweep
+from test_sweep import assert_rows_equal_replay, per_request, results, small_trace  # noqa: F401
+
+TIMEOUT = 120
+
+
+def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sweep", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "HYDRA_FULL_ERROR": ""},
+        check=False,
+    )
+
+
+def test_the_exact_user_command(tmp_path: Path) -> None:
+    done = sweep(tmp_path, "capacity=1024,2048,4096", "policy=S3FIFO,LRU")
+    assert done.returncode == 0, done.stderr
+    run_dirs = list((tmp_path / "outputs").glob("*/*"))
+    assert len(run_dirs) == 1
+    run_dir = run_dirs[0]
+    assert re.fullmatch(
+        r"\d{4}-\d{2}-\d{2}/\d{2}-\d{2}-\d{2}", f"{run_dir.parent.name}/{run_dir.name}"
+    )
+    assert str(run_dir / "results.parquet") in done.stderr  # the log says where results are
+    df = pd.read_parquet(run_dir / "results.parquet")
+    assert len(df) == 6
+    assert sorted(zip(df.policy, df.capacity, strict=True)) == sorted(
+        (p, c) for p in ("S3FIFO", "LRU") for c in (1024, 2048, 4096)
+    )
+    assert set(df.trace) == {"conversation"}
+    assert_rows_equal_replay(run_dir)
+    assert {p.name for p in run_dir.iterdir()} >= {
+        "config.yaml",
+        "results.parquet",
+        "per_request.parquet",
+        "manifest.json",
+        "sweep.log",
+    }
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["command"][3:] == ["capacity=1024,2048,4096", "policy=S3FIFO,LRU"]
+
+
+def test_help_and_cfg_job(tmp_path: Path) -> None:
+    helped = sweep(tmp_path, "--help")
+    assert helped.returncode == 0
+    assert "python -m sweep capacity=1024,2048,4096 policy=S3FIFO,LRU" in helped.stdout
+    assert "executor: dask, loky" in helped.stdout
+    shown = sweep(tmp_path, "--cfg", "job", "capacity=1,2", "policy='LRU'", "executor=dask")
+    assert shown.returncode == 0, shown.stderr
+    assert "capacity:\n- 1\n- 2\n" in shown.stdout
+    assert "backend: dask" in shown.stdout
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "needles"),
+    [
+        (["capcity=5"], 1, ["capcity"]),
+        (["capacity=abc"], 1, ["capacity", "could not be converted to Integer"]),
+        (["capacity=0"], 2, ["invalid capacity=0", "expected an integer >= 1"]),
+        (["policy=S3FIFO", "capacity=1"], 2, ["small_ratio", "leaves S empty"]),
+        (["executor=loky,dask"], 2, ["only the grid keys"]),
+    ],
+)
+def test_config_errors_before_any_work(
+    tmp_path: Path, args: list[str], status: int, needles: list[str]
+) -> None:
+    done = sweep(tmp_path, *args)
+    assert done.returncode == status
+    assert "Traceback" not in done.stderr
+    for needle in needles:
+        assert needle in done.stderr
+    if status == 2:
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "outputs").exists()  # nothing left behind
+
+
+def test_range_and_several_traces(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    out = tmp_path / "out"
+    done = sweep(
+        tmp_path,
+        "capacity=range(64,257,64)",
+        f"trace=conversation,{small_trace}",
+        "policy=LRU",
+        f"out_dir={out}",
+    )
+    assert done.returncode == 0, done.stderr
+    df = results(out)
+    assert len(df) == 8
+    assert sorted(set(df.trace)) == sorted({"conversation", str(small_trace)})
+    assert sorted(df.capacity.unique()) == [64, 128, 192, 256]
+    assert_rows_equal_replay(out)
+
+
+SLOW_SWEEP = """
+import sys, time
+import prefixsim
+real = prefixsim.replay_params
+def slow(*args, **kwargs):
+    time.sleep(0.05)
+    return real(*args, **kwargs)
+prefixsim.replay_params = slow
+from sweep.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _start_slow(cwd: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", SLOW_SWEEP, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_parts(out: Path, n: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    parts = out / ".sweep" / "parts"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if parts.is_dir() and len(list(parts.glob("*.arrow"))) >= n:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no {n} part files in time (exit {proc.poll()})")
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_killed_sweep_loses_no_finished_point(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    how: signal.Signals,
+) -> None:
+    capacities = list(range(16, 16 * 41, 16))  # 40 points, 50 ms each in the slowed run
+    grid = [f"trace={small_trace}", "policy=LRU", f"capacity={','.join(map(str, capacities))}"]
+    out = tmp_path / "out"
+    args = [*grid, f"out_dir={out}", "executor.n_jobs=1", "executor.batch_size=1"]
+    proc = _start_slow(tmp_path, *args)
+    try:
+        _wait_for_parts(out, 3, proc)
+        proc.send_signal(how)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if how == signal.SIGINT:
+        assert proc.returncode == 130, stderr
+        assert "run the same command again" in stderr
+        status = json.loads((out / "manifest.json").read_text())["status"]
+        assert status == "interrupted"
+        assert len(results(out)) >= 3  # consolidated on the way out
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    finished = len(list((out / ".sweep" / "parts").glob("*.arrow"))) if how == signal.SIGKILL else 0
+    assert not list(out.glob(".*.tmp"))
+
+    again = sweep(tmp_path, *args)
+    assert again.returncode == 0, again.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["points"]["already_done"] >= max(3, finished)
+    assert manifest["points"]["computed"] == 40 - manifest["points"]["already_done"]
+    expected_first = "killed" if how == signal.SIGKILL else "interrupted"
+    assert [r["status"] for r in manifest["runs"]] == [expected_first, "complete"]
+
+    reference = tmp_path / "reference"
+    run_sweep(
+        SweepConfig(
+            trace=[str(small_trace)],
+            policy=["LRU"],
+            capacity=capacities,
+            out_dir=str(reference),
+            progress=False,
+            executor=ExecutorConfig(n_jobs=1),
+        )
+    )
+    pd.testing.assert_frame_equal(results(out), results(reference))
+    pd.testing.assert_frame_equal(per_request(out), per_request(reference))
