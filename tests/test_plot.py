@@ -1,0 +1,524 @@
+"""``python -m sweep.plot``: the figures of a finished run, drawn from its Parquet files.
+
+The run directories here are written by the tests (results with the real ``RESULT_SCHEMA``, and
+the small ``traces.parquet`` / ``requests.parquet`` the sweep will add), with hit rates chosen so
+that every line and heatmap cell has a known value. No pixel comparisons: the tests look at the
+figures' panels, lines, labels and data, and at the files being non-empty PNG and PDF.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+import prefixsim
+from sweep import plot
+from sweep.store import ALWAYS_COUNTED, COUNTER_COLUMNS, PER_REQUEST_SCHEMA, RESULT_SCHEMA
+
+TRACES = {"alpha": "a" * 64, "beta": "b" * 64}
+BLOCK_SIZE = 16
+CAPACITIES = (256, 512, 1024)
+PROMPTS = (0, 100, 200, 300)  # tokens of the 4 requests of every trace (one empty prompt)
+TIMESTAMPS = (0.0, 1_000.0, 60_000.0, 120_000.0)  # ms
+CEILING = 0.5
+
+
+def hit_rate(policy: str, capacity: int, sr: float, mf: int, gf: int) -> float:
+    base = 0.1 * math.log2(capacity / 128)
+    if policy == "LRU":
+        return base - 0.005
+    return base + 0.01 * sr + 0.001 * mf + 0.002 * gf
+
+
+def make_results(
+    policies: tuple[str, ...] = ("S3FIFO", "LRU"),
+    capacities: tuple[int, ...] = CAPACITIES,
+    small_ratios: tuple[float, ...] = (0.05, 0.1, 0.2),
+    max_freqs: tuple[int, ...] = (3,),
+    ghost_freqs: tuple[int, ...] = (0,),
+    traces: tuple[str, ...] = tuple(TRACES),
+    block_sizes: tuple[int, ...] = (BLOCK_SIZE,),
+) -> pd.DataFrame:
+    """A results table as ``pandas.read_parquet`` gives it (RESULT_SCHEMA, Int64 for the
+    nullable integer columns)."""
+    rows = []
+    for trace, bs, policy, cap in itertools.product(traces, block_sizes, policies, capacities):
+        has_params = policy.startswith("S3FIFO")
+        combos = (
+            [
+                (sr, mf, gf)
+                for sr, mf, gf in itertools.product(small_ratios, max_freqs, ghost_freqs)
+                if gf <= mf
+            ]
+            if has_params
+            else [(None, None, None)]
+        )
+        for sr, mf, gf in combos:
+            rate = hit_rate(policy, cap, sr or 0.0, mf or 0, gf or 0)
+            total = 600
+            row = {
+                "point_id": len(rows),
+                "trace": trace,
+                "trace_sha256": TRACES.get(trace, "c" * 64),
+                "policy": policy,
+                "capacity": cap,
+                "block_size": bs,
+                "small_ratio": sr,
+                "max_freq": mf,
+                "ghost_freq": gf,
+                "n_requests": len(PROMPTS),
+                "total_prompt_tokens": total,
+                "total_hit_tokens": round(rate * total),
+                "overall_hit_rate": rate,
+                "final_cache_blocks": cap if policy == "LRU" else cap * 3 // 4,
+                "replay_seconds": 0.001,
+                "point_key": f"key{len(rows)}",
+            }
+            for c in COUNTER_COLUMNS:
+                row[c] = 0 if c in ALWAYS_COUNTED or has_params else None
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    for f in RESULT_SCHEMA:
+        if f.nullable and pa.types.is_integer(f.type):
+            df[f.name] = df[f.name].astype("Int64")
+    df["small_ratio"] = df["small_ratio"].astype("float64")
+    table = pa.Table.from_pandas(
+        df[RESULT_SCHEMA.names], schema=RESULT_SCHEMA, preserve_index=False
+    )
+    return table.to_pandas()
+
+
+def make_per_request(results: pd.DataFrame) -> pd.DataFrame:
+    """4 requests per point; request r of a point with hit rate h hits min(prompt, r*h*200)."""
+    rows = []
+    for pid, rate in zip(results["point_id"], results["overall_hit_rate"], strict=True):
+        for r, prompt in enumerate(PROMPTS):
+            rows.append((pid, r, prompt, min(prompt, round(r * rate * 200))))
+    return pd.DataFrame(rows, columns=["point_id", "request", "prompt_tokens", "hit_tokens"])
+
+
+def make_traces(results: pd.DataFrame) -> pd.DataFrame:
+    keys = results[["trace", "trace_sha256", "block_size"]].drop_duplicates()
+    return keys.assign(
+        n_requests=len(PROMPTS),
+        total_prompt_tokens=sum(PROMPTS),
+        ceiling_hit_tokens=int(CEILING * sum(PROMPTS)),
+        ceiling_hit_rate=CEILING,
+    ).reset_index(drop=True)
+
+
+def make_requests(results: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            (sha, np.int32(r), TIMESTAMPS[r], PROMPTS[r])
+            for sha in sorted(results["trace_sha256"].unique())
+            for r in range(len(PROMPTS))
+        ],
+        columns=["trace_sha256", "request", "timestamp", "prompt_tokens"],
+    ).astype({"request": "int32", "timestamp": "float64", "prompt_tokens": "int64"})
+
+
+def write_run(
+    path: Path,
+    results: pd.DataFrame,
+    per_request: bool = True,
+    traces: bool = True,
+    requests: bool = True,
+) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    results.to_parquet(path / "results.parquet", index=False)
+    if per_request:
+        table = pa.Table.from_pandas(
+            make_per_request(results), schema=PER_REQUEST_SCHEMA, preserve_index=False
+        )
+        pq.write_table(table, path / "per_request.parquet")
+    if traces:
+        make_traces(results).to_parquet(path / "traces.parquet", index=False)
+    if requests:
+        make_requests(results).to_parquet(path / "requests.parquet", index=False)
+    return path
+
+
+def panels(fig: Figure) -> list[Axes]:
+    return [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+
+
+def policy_lines(ax: Axes) -> list:  # type: ignore[type-arg]
+    return [line for line in ax.get_lines() if line.get_gid() != plot.CEILING_GID]
+
+
+def legend_labels(fig: Figure) -> list[str]:
+    return [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+
+
+# --- the full run: the command line once, its files checked by each figure's test ---------------
+
+
+@pytest.fixture(scope="module")
+def full() -> pd.DataFrame:
+    """Everything varies: capacities, small_ratio, max_freq and ghost_freq; S3FIFO and LRU."""
+    return make_results(max_freqs=(1, 3), ghost_freqs=(0, 1))
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """``python -m sweep.plot RUN_DIR`` (in this process: drawing every figure is the slow part
+    of this file, so it is done once, on one trace; several traces are tested per figure)."""
+    one_trace = make_results(max_freqs=(1, 3), ghost_freqs=(0, 1), traces=("alpha",))
+    run = write_run(tmp_path_factory.mktemp("run"), one_trace)
+    code = plot.main([str(run)])
+    return run / "figures", code
+
+
+def test_cli_draws_every_figure_in_png_and_pdf(cli_run: tuple[Path, int]) -> None:
+    out, code = cli_run
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{name}.{fmt}" for name in plot.FIGURE_NAMES for fmt in ("png", "pdf")
+    )
+
+
+@pytest.mark.parametrize("name", plot.FIGURE_NAMES)
+def test_figure_files_are_png_and_pdf(cli_run: tuple[Path, int], name: str) -> None:
+    out, _ = cli_run
+    png, pdf = (out / f"{name}.png").read_bytes(), (out / f"{name}.pdf").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert pdf.startswith(b"%PDF-") and len(pdf) > 1000
+
+
+# --- each figure -------------------------------------------------------------------------------
+
+
+def test_hit_rate_vs_capacity(full: pd.DataFrame) -> None:
+    fig = plot.fig_hit_rate_vs_capacity(full, make_traces(full))
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["alpha", "beta"]
+    for ax in axes:
+        assert ax.get_xlabel() == "Capacity (blocks)"
+        assert ax.get_ylabel() == "Token hit rate (%)"
+        assert ax.get_xscale() == "log"
+        assert [child.get_xlabel() for child in ax.child_axes] == ["Capacity (tokens)"]
+        lines = policy_lines(ax)
+        assert len(lines) == 2
+        assert len(ax.get_lines()) == 3  # and the ceiling
+        (ceiling,) = [line for line in ax.get_lines() if line.get_gid() == plot.CEILING_GID]
+        assert list(ceiling.get_ydata()) == [CEILING * 100] * 2
+        s3fifo, lru = lines
+        assert list(s3fifo.get_xdata()) == list(CAPACITIES)
+        expected = [hit_rate("S3FIFO", c, 0.1, 3, 0) * 100 for c in CAPACITIES]
+        np.testing.assert_allclose(s3fifo.get_ydata(), expected)
+        assert s3fifo.get_color() == plot.policy_style("S3FIFO")["color"]
+        assert lru.get_marker() == plot.policy_style("LRU")["marker"]
+    assert legend_labels(fig) == ["S3FIFO (defaults)", "LRU", "infinite cache"]
+
+
+def test_hit_rate_vs_capacity_without_traces_file_or_defaults() -> None:
+    df = make_results(small_ratios=(0.2, 0.3), traces=("alpha",))
+    df = pd.concat([df, df[df.small_ratio == 0.3].iloc[:1]])  # 0.3 is the most frequent
+    fig = plot.fig_hit_rate_vs_capacity(df, None)
+    (ax,) = panels(fig)
+    assert len(ax.get_lines()) == 2  # no ceiling line
+    assert legend_labels(fig) == ["S3FIFO (small_ratio=0.3)", "LRU"]
+
+
+def test_several_block_sizes_get_a_panel_each_and_no_token_axis() -> None:
+    df = make_results(traces=("alpha",), block_sizes=(16, 32))
+    fig = plot.fig_hit_rate_vs_capacity(df)
+    titles = [ax.get_title() for ax in panels(fig)]
+    assert titles == ["alpha, 16-token blocks", "alpha, 32-token blocks"]
+    assert all(not ax.child_axes for ax in panels(fig))
+
+
+def test_small_ratio_tuning(full: pd.DataFrame) -> None:
+    fig = plot.fig_small_ratio_tuning(full)
+    axes = panels(fig)
+    assert len(axes) == 4  # (lines, heatmap) per trace
+    assert len([ax for ax in fig.axes if ax.get_label() == "<colorbar>"]) == 2
+    for line_ax, heat_ax in zip(axes[::2], axes[1::2], strict=True):
+        assert line_ax.get_xlabel() == "small_ratio (fraction of capacity)"
+        assert line_ax.get_ylabel() == "Token hit rate (%)"
+        lines = line_ax.get_lines()
+        assert len(lines) == len(CAPACITIES)
+        assert list(lines[0].get_xdata()) == [0.05, 0.1, 0.2]
+        assert heat_ax.get_ylabel() == "Capacity (blocks)"
+        assert heat_ax.get_title().endswith("gain over LRU")
+        assert not heat_ax.get_lines()
+        (image,) = heat_ax.get_images()
+        gain = np.asarray(image.get_array())
+        expected = [[(0.005 + 0.01 * sr + 0.003) * 100 for sr in (0.05, 0.1, 0.2)]] * 3
+        np.testing.assert_allclose(gain, expected)  # max_freq 3, ghost_freq 0 (the defaults)
+        assert len(heat_ax.texts) == gain.size  # a small grid is annotated
+        assert image.norm.vmin == -image.norm.vmax  # centred at 0
+    assert "Capacity (blocks)" in [leg.get_title().get_text() for leg in fig.legends]
+
+
+def test_small_ratio_tuning_without_lru(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sweep.plot")
+    fig = plot.fig_small_ratio_tuning(make_results(policies=("S3FIFO",)))
+    assert len(panels(fig)) == 2
+    assert all(len(ax.get_lines()) == 3 and not ax.get_images() for ax in panels(fig))
+    assert "no LRU point" in caplog.text
+
+
+def test_max_freq_effect(full: pd.DataFrame) -> None:
+    fig = plot.fig_max_freq_effect(full)
+    axes = panels(fig)
+    assert len(axes) == 4  # per trace: one line per max_freq, one line per ghost_freq
+    for ax in axes:
+        assert ax.get_xlabel() == "Capacity (blocks)"
+        assert ax.get_ylabel() == "Token hit rate (%)"
+        assert len(ax.get_lines()) == 2
+    labels = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in axes[:2]]
+    assert labels == [["max_freq=1", "max_freq=3"], ["ghost_freq=0", "ghost_freq=1"]]
+
+
+def test_max_freq_effect_one_panel_when_ghost_freq_fixed() -> None:
+    fig = plot.fig_max_freq_effect(make_results(max_freqs=(1, 2, 3), traces=("alpha",)))
+    (ax,) = panels(fig)
+    assert len(ax.get_lines()) == 3
+
+
+def test_occupancy(full: pd.DataFrame) -> None:
+    fig = plot.fig_occupancy(full)
+    axes = panels(fig)
+    assert len(axes) == 2
+    for ax in axes:
+        assert ax.get_ylabel() == "Final occupancy (% of capacity)"
+        assert ax.get_xlabel() == "Capacity (blocks)"
+        s3fifo, lru = ax.get_lines()
+        np.testing.assert_allclose(s3fifo.get_ydata(), [75, 75, 75])
+        np.testing.assert_allclose(lru.get_ydata(), [100, 100, 100])
+
+
+def test_default_points_are_default_params_at_median_capacity(full: pd.DataFrame) -> None:
+    points = plot.default_points(full)
+    assert sorted(zip(points.trace, points.policy, strict=True)) == [
+        ("alpha", "LRU"),
+        ("alpha", "S3FIFO"),
+        ("beta", "LRU"),
+        ("beta", "S3FIFO"),
+    ]
+    assert set(points.capacity) == {512}
+    s3 = points[points.policy == "S3FIFO"]
+    assert set(s3.small_ratio) == {0.1} and set(s3.max_freq) == {3} and set(s3.ghost_freq) == {0}
+
+
+def test_hit_ratio_cdf(full: pd.DataFrame) -> None:
+    points = plot.default_points(full)
+    per_request = make_per_request(full)
+    fig = plot.fig_hit_ratio_cdf(points, per_request)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["alpha, 512 blocks", "beta, 512 blocks"]
+    for ax in axes:
+        assert ax.get_xlabel() == "Request hit ratio (% of prompt tokens)"
+        assert ax.get_ylabel() == "CDF (fraction of requests)"
+        lines = ax.get_lines()
+        assert len(lines) == 2
+        for line in lines:
+            y = np.asarray(line.get_ydata())
+            assert y[0] == 0 and y[-1] == 1 and (np.diff(y) >= 0).all()
+            # 3 requests count (the empty prompt does not): steps of 1/3
+            assert set(np.round(y * 3, 9)) <= {0, 1, 2, 3}
+    assert legend_labels(fig) == ["S3FIFO", "LRU"]
+
+
+def test_hit_rate_over_time(full: pd.DataFrame) -> None:
+    points = plot.default_points(full)
+    per_request = make_per_request(full)
+    fig = plot.fig_hit_rate_over_time(points, per_request, make_requests(full))
+    axes = panels(fig)
+    assert len(axes) == 2
+    for ax in axes:
+        assert ax.get_xlabel() == "Time since trace start (s; 2 s bins)"
+        assert ax.get_ylabel() == "Token hit rate (%)"
+        assert len(ax.get_lines()) == 2
+    # alpha/S3FIFO: requests at 0 and 1 s share the first of 60 two-second bins, the others
+    # fall in bins 30 and 59; the empty bins are left out
+    point = points[(points.trace == "alpha") & (points.policy == "S3FIFO")].iloc[0]
+    rows = per_request[per_request.point_id == point.point_id]
+    line = axes[0].get_lines()[0]
+    np.testing.assert_allclose(line.get_xdata(), [1, 61, 119])  # bin centres (s)
+    hits, prompt = rows.hit_tokens.to_numpy(), rows.prompt_tokens.to_numpy()
+    np.testing.assert_allclose(
+        line.get_ydata(),
+        [hits[:2].sum() / prompt[:2].sum() * 100, hits[2] / prompt[2] * 100, hits[3] / 3],
+    )
+
+
+def test_chosen_points_label_what_differs(full: pd.DataFrame) -> None:
+    chosen = full[
+        (full.trace == "alpha") & (full.policy == "S3FIFO") & (full.max_freq == 3)
+        & (full.ghost_freq == 0) & (full.capacity == 256) & full.small_ratio.isin([0.05, 0.2])
+    ]  # fmt: skip
+    fig = plot.fig_hit_ratio_cdf(chosen, make_per_request(full))
+    (ax,) = panels(fig)
+    assert [line.get_label() for line in ax.get_lines()] == [
+        "S3FIFO (small_ratio=0.05)",
+        "S3FIFO (small_ratio=0.2)",
+    ]
+    assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "--"]
+
+
+# --- skipped figures ---------------------------------------------------------------------------
+
+
+def skip_reason(func, *args) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(plot.SkipFigure) as info:
+        func(*args)
+    return info.value.reason
+
+
+def test_figures_whose_parameter_did_not_vary_are_skipped() -> None:
+    one_cap = make_results(capacities=(512,), small_ratios=(0.1,))
+    assert skip_reason(plot.fig_hit_rate_vs_capacity, one_cap) == (
+        "only one capacity in the run (512)"
+    )
+    assert skip_reason(plot.fig_occupancy, one_cap) == "only one capacity in the run (512)"
+    assert skip_reason(plot.fig_small_ratio_tuning, one_cap) == (
+        "only one small_ratio in the run (0.1)"
+    )
+    assert skip_reason(plot.fig_max_freq_effect, one_cap) == (
+        "only one max_freq in the run (3); only one ghost_freq in the run (0)"
+    )
+    lru_only = make_results(policies=("LRU",))
+    assert skip_reason(plot.fig_small_ratio_tuning, lru_only) == "no S3FIFO points in the run"
+    assert skip_reason(plot.fig_max_freq_effect, lru_only) == "no S3FIFO points in the run"
+
+
+def test_per_request_figures_skipped_without_their_files(full: pd.DataFrame) -> None:
+    points = plot.default_points(full)
+    per_request = make_per_request(full)
+    reason = "per_request.parquet absent (the run had save_per_request=false)"
+    assert skip_reason(plot.fig_hit_ratio_cdf, points, None) == reason
+    assert skip_reason(plot.fig_hit_rate_over_time, points, None, make_requests(full)) == reason
+    assert skip_reason(plot.fig_hit_rate_over_time, points, per_request, None) == (
+        "requests.parquet absent (request timestamps are needed)"
+    )
+    empty = per_request[per_request.point_id < 0]
+    assert skip_reason(plot.fig_hit_ratio_cdf, points, empty).startswith(
+        "no per-request rows of the chosen points"
+    )
+
+
+def test_draw_figures_reports_and_logs_skips(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sweep.plot")
+    run = write_run(
+        tmp_path / "run",
+        make_results(capacities=(512,), traces=("alpha",)),
+        per_request=False,
+        requests=False,
+    )
+    report = plot.draw_figures(run, tmp_path / "figs", formats=["png"])
+    assert report.drawn == ["small_ratio_tuning"]
+    assert report.written == [tmp_path / "figs" / "small_ratio_tuning.png"]
+    assert report.skipped == {
+        "hit_rate_vs_capacity": "only one capacity in the run (512)",
+        "max_freq_effect": "only one max_freq in the run (3); only one ghost_freq in the run (0)",
+        "occupancy": "only one capacity in the run (512)",
+        "hit_ratio_cdf": "per_request.parquet absent (the run had save_per_request=false)",
+        "hit_rate_over_time": "requests.parquet absent (request timestamps are needed)",
+    }
+    for name, reason in report.skipped.items():
+        assert f"skipped {name}: {reason}" in caplog.text
+    assert "drew small_ratio_tuning" in caplog.text
+    assert [p.name for p in (tmp_path / "figs").iterdir()] == ["small_ratio_tuning.png"]
+
+
+def test_explicit_points(tmp_path: Path, full: pd.DataFrame) -> None:
+    run = write_run(tmp_path / "run", full, traces=False)
+    ids = [int(i) for i in full.point_id[(full.policy == "LRU") & (full.trace == "beta")]]
+    data = plot._RunData(run, plot.load_results(run), ids)
+    assert list(data.points.point_id) == ids
+    assert set(data.per_request.point_id) == set(ids)  # only the chosen points are read
+    fig = plot.fig_hit_ratio_cdf(data.points, data.per_request)
+    (ax,) = panels(fig)
+    assert [line.get_label() for line in ax.get_lines()] == [
+        "LRU (256 blocks)",
+        "LRU (512 blocks)",
+        "LRU (1K blocks)",
+    ]
+    with pytest.raises(plot.PlotError, match=r"^points: no point 9999 in results.parquet$"):
+        plot.draw_figures(run, points=[ids[0], 9999])
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_bad_run_directories(tmp_path: Path) -> None:
+    with pytest.raises(plot.PlotError, match="no such directory") as info:
+        plot.draw_figures(tmp_path / "missing")
+    assert isinstance(info.value, prefixsim.PrefixSimError)
+    with pytest.raises(plot.PlotError, match=r"no results\.parquet"):
+        plot.draw_figures(tmp_path)
+    (tmp_path / "results.parquet").write_text("not parquet")
+    with pytest.raises(plot.PlotError, match="unreadable") as info:
+        plot.draw_figures(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_format(tmp_path: Path, full: pd.DataFrame) -> None:
+    run = write_run(tmp_path / "run", full)
+    with pytest.raises(plot.PlotError, match="invalid format 'xyz'"):
+        plot.draw_figures(run, formats=["png", "xyz"])
+
+
+def test_cli_missing_dir_exits_2_with_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sweep.plot", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"sweep.plot: error: {tmp_path / 'nope'}: no such directory"
+    ]
+
+
+def test_cli_bad_points_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = write_run(tmp_path / "run", make_results(traces=("alpha",)))
+    assert plot.main([str(run), "--points", "12345"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "sweep.plot: error: points: no point 12345 in results.parquet"
+    ]
+
+
+# --- styles --------------------------------------------------------------------------------------
+
+
+def test_policy_styles_are_fixed_and_distinct() -> None:
+    known = [plot.policy_style(p) for p in plot.POLICY_STYLES]
+    pairs = {(str(s["color"]), s["marker"]) for s in known}
+    assert len(pairs) == len(plot.POLICY_STYLES)
+    assert len({s["marker"] for s in known}) == len(known)
+    assert set(prefixsim.policy_names()) <= set(plot.POLICY_STYLES)
+    assert plot.policy_style("S3FIFO") == {"color": plot._TAB10[0], "marker": "o"}
+    new = plot.policy_style("SOME_NEW_POLICY")
+    assert new == plot.policy_style("SOME_NEW_POLICY")  # deterministic
+    assert (str(new["color"]), new["marker"]) not in pairs
+
+
+def test_format_count() -> None:
+    assert [plot.format_count(v) for v in (512, 1024, 1536, 4 * 1024**2, 1000)] == [
+        "512",
+        "1K",
+        "1.5K",
+        "4M",
+        "1000",
+    ]
