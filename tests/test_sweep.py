@@ -49,6 +49,7 @@ def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def config(out_dir: Path, trace: Path | str, **kw: object) -> SweepConfig:
     executor = kw.pop("executor", None) or ExecutorConfig(n_jobs=1)
+    kw.setdefault("plot", False)  # figures have their own tests (test_plot.py)
     return SweepConfig(
         trace=[str(trace)], out_dir=str(out_dir), progress=False, executor=executor, **kw
     )

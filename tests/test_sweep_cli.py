@@ -18,15 +18,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import prefixsim
 from sweep import ExecutorConfig, SweepConfig, run_sweep
 from test_sweep import assert_rows_equal_replay, per_request, results, small_trace  # noqa: F401
 
 TIMEOUT = 120
 
 
-def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def sweep(cwd: Path, *args: str, plot: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m sweep ARGS`` in ``cwd`` (without the figures unless ``plot``)."""
+    extra = [] if plot or any(a.startswith("plot=") for a in args) else ["plot=false"]
     return subprocess.run(
-        [sys.executable, "-m", "sweep", *args],
+        [sys.executable, "-m", "sweep", *args, *extra],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -37,7 +40,7 @@ def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_exact_user_command(tmp_path: Path) -> None:
-    done = sweep(tmp_path, "capacity=1024,2048,4096", "policy=S3FIFO,LRU")
+    done = sweep(tmp_path, "capacity=1024,2048,4096", "policy=S3FIFO,LRU", plot=True)
     assert done.returncode == 0, done.stderr
     run_dirs = list((tmp_path / "outputs").glob("*/*"))
     assert len(run_dirs) == 1
@@ -62,6 +65,17 @@ def test_the_exact_user_command(tmp_path: Path) -> None:
     }
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["command"][3:] == ["capacity=1024,2048,4096", "policy=S3FIFO,LRU"]
+    # The figures' inputs: the ceiling is LRU with room for every distinct block.
+    traces = pd.read_parquet(run_dir / "traces.parquet")
+    assert len(traces) == 1 and traces.n_blocks[0] == 182_790
+    unbounded = prefixsim.replay("conversation", "LRU", 182_790)
+    assert traces.ceiling_hit_tokens[0] == unbounded.total_hit_tokens
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(requests) == 12_031 and requests.timestamp.is_monotonic_increasing
+    figures = {p.name for p in (run_dir / "figures").iterdir()}
+    for name in ("hit_rate_vs_capacity", "occupancy", "hit_ratio_cdf", "hit_rate_over_time"):
+        assert {f"{name}.png", f"{name}.pdf"} <= figures
+    assert "small_ratio_tuning.png" not in figures  # small_ratio did not vary
 
 
 def test_help_and_cfg_job(tmp_path: Path) -> None:

@@ -300,6 +300,7 @@ def _run_locked(
     run_dir.save_registry(registry)
     for sha, trace in traces.items():
         run_dir.save_prompt_tokens(sha, trace.input_lengths)
+    run_dir.save_trace_tables(list(traces.values()), sorted(set(cfg.block_size)))
     todo = [
         p
         for p in points
@@ -491,4 +492,29 @@ def _run_locked(
             len(summary.failures),
             run_dir.manifest,
         )
+    if cfg.plot and summary.rows and not summary.interrupted:
+        _draw_figures(run_dir)
     return summary
+
+
+def _draw_figures(run_dir: RunDir) -> None:
+    """The run's figures; a plotting problem is logged, never lost results or a failed sweep."""
+    from .plot import draw_figures
+
+    t = time.perf_counter()
+    try:
+        report = draw_figures(run_dir.path)
+    except Exception as err:  # the numbers are written; say what went wrong and how to retry
+        log.error(
+            "figures failed (%s: %s); the results are complete; retry: python -m sweep.plot %s",
+            type(err).__name__,
+            err,
+            run_dir.path,
+        )
+        return
+    log.info(
+        "figures: %d in %s (%.1f s)",
+        len(report.drawn),
+        run_dir.path / "figures",
+        time.perf_counter() - t,
+    )

@@ -98,6 +98,8 @@ class SweepConfig:
     """Write per_request.parquet (one row per point and request)."""
     progress: bool = True
     """Show a progress bar on grids that take more than a moment (only on a terminal)."""
+    plot: bool = True
+    """Draw the run's figures into ``out_dir/figures`` at the end (``python -m sweep.plot``)."""
 
 
 def register_configs() -> None:

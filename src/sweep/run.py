@@ -43,6 +43,8 @@ MIN_TASKS_PER_WORKER = 4
 IN_PROCESS_SECONDS = 0.5
 """Below this much estimated work, an automatic-batch loky/threading sweep runs in this process
 (starting worker processes would cost more than the replays)."""
+CURVE_COST_IN_REPLAYS = 8
+"""Upper estimate of one LRU curve's cost, in LRU replays (measured: about 4)."""
 
 
 # --- worker side ---------------------------------------------------------------------------------
@@ -93,34 +95,67 @@ def clear_local_traces() -> None:
     _LOCAL_TRACES.clear()
 
 
+CURVE_MIN_POINTS = 4
+"""LRU points of one trace and block size at least this many are computed from one
+:func:`prefixsim.lru_curve` pass (which costs about four LRU replays) instead of one replay
+each; the numbers are identical either way (``tests/test_lru_curve.py``)."""
+
+
+def _outcome(point_id: int, r: prefixsim.ReplayResult, per_request: bool) -> Outcome:
+    return Outcome(
+        point_id=point_id,
+        n_requests=r.n_requests,
+        total_prompt_tokens=r.total_prompt_tokens,
+        total_hit_tokens=r.total_hit_tokens,
+        overall_hit_rate=r.overall_hit_rate,
+        final_cache_blocks=r.final_cache_blocks,
+        counters=dict(r.counters),
+        seconds=r.seconds,
+        hit_tokens=r.hit_tokens if per_request else None,
+    )
+
+
+def _failure(point_id: int, err: Exception) -> Outcome:
+    where = traceback.extract_tb(err.__traceback__)[-1]
+    location = f" (at {os.path.basename(where.filename)}:{where.lineno})"
+    return Outcome(point_id, error=f"{type(err).__name__}: {err}{location}")
+
+
+def _curve_groups(items: Sequence[tuple[int, PolicyParams, int]]) -> dict[int, list[int]]:
+    """block_size -> indices into ``items`` of the LRU points worth one LRU curve."""
+    groups: dict[int, list[int]] = {}
+    for i, (_, params, block_size) in enumerate(items):
+        if params.policy == "LRU":
+            groups.setdefault(block_size, []).append(i)
+    return {b: idx for b, idx in groups.items() if len(idx) >= CURVE_MIN_POINTS}
+
+
 def run_batch(
     trace: Trace, items: Sequence[tuple[int, PolicyParams, int]], per_request: bool
 ) -> list[Outcome]:
-    """Replay a batch of points of one trace (runs in a worker). Never raises for a point: a
-    failure is returned with the exception's type, message and location."""
+    """Replay a batch of points of one trace (runs in a worker), outcomes in ``items`` order.
+    Never raises for a point: a failure is returned with the exception's type, message and
+    location."""
     trace = _local_trace(trace)
-    out: list[Outcome] = []
-    for point_id, params, block_size in items:
+    out: dict[int, Outcome] = {}
+    for block_size, indices in _curve_groups(items).items():
         try:
-            r = prefixsim.replay_params(trace, params, block_size)
-            out.append(
-                Outcome(
-                    point_id=point_id,
-                    n_requests=r.n_requests,
-                    total_prompt_tokens=r.total_prompt_tokens,
-                    total_hit_tokens=r.total_hit_tokens,
-                    overall_hit_rate=r.overall_hit_rate,
-                    final_cache_blocks=r.final_cache_blocks,
-                    counters=dict(r.counters),
-                    seconds=r.seconds,
-                    hit_tokens=r.hit_tokens if per_request else None,
-                )
+            curve = prefixsim.lru_curve(trace, [items[i][1].capacity for i in indices], block_size)
+        except Exception:
+            continue  # the points are replayed one by one below, failing one by one if need be
+        for i in indices:
+            point_id, params, _ = items[i]
+            out[i] = _outcome(point_id, curve.result(params.capacity), per_request)
+    for i, (point_id, params, block_size) in enumerate(items):
+        if i in out:
+            continue
+        try:
+            out[i] = _outcome(
+                point_id, prefixsim.replay_params(trace, params, block_size), per_request
             )
         except Exception as err:
-            where = traceback.extract_tb(err.__traceback__)[-1]
-            location = f" (at {os.path.basename(where.filename)}:{where.lineno})"
-            out.append(Outcome(point_id, error=f"{type(err).__name__}: {err}{location}"))
-    return out
+            out[i] = _failure(point_id, err)
+    return [out[i] for i in range(len(items))]
 
 
 # --- parent side ---------------------------------------------------------------------------------
@@ -203,20 +238,34 @@ def plan_batches(
     workers: int,
     cost_per_access: dict[str, float],
 ) -> Plan:
-    """Split ``points`` into batches (one trace each, consecutive point ids)."""
-    by_trace: dict[str, list[Point]] = {}
-    for p in sorted(points, key=lambda p: p.point_id):
-        by_trace.setdefault(p.trace_sha256, []).append(p)
+    """Split ``points`` into batches (one trace each, consecutive point ids). With automatic
+    batching, the LRU points of one trace and block size form one batch of their own, which a
+    worker computes from one LRU curve (see :func:`run_batch`)."""
     estimate = {
         p.point_id: cost_per_access.get(p.policy, 1e-8) * traces[p.trace_sha256].n_accesses
         for p in points
     }
+    by_trace: dict[str, list[Point]] = {}
+    curves: dict[tuple[str, int], list[Point]] = {}
+    for p in sorted(points, key=lambda p: p.point_id):
+        if p.policy == "LRU" and ex.batch_size is None:
+            curves.setdefault((p.trace_sha256, p.block_size), []).append(p)
+        else:
+            by_trace.setdefault(p.trace_sha256, []).append(p)
+    batches: list[Batch] = []
+    for (sha, _), lru_points in curves.items():
+        if len(lru_points) >= CURVE_MIN_POINTS:
+            batches.append(Batch(sha, tuple(lru_points)))
+            for p in lru_points:
+                estimate[p.point_id] *= CURVE_COST_IN_REPLAYS / len(lru_points)
+        else:
+            by_trace.setdefault(sha, []).extend(lru_points)
     total = sum(estimate.values())
     in_process = ex.backend != Backend.dask and (
         ex.n_jobs == 1 or workers == 1 or (ex.batch_size is None and total < IN_PROCESS_SECONDS)
     )
-    batches: list[Batch] = []
     for sha, group in by_trace.items():
+        group.sort(key=lambda p: p.point_id)
         if ex.batch_size is not None:
             size = ex.batch_size
         elif in_process:

@@ -6,6 +6,11 @@ Layout of a run directory::
     results.parquet         one row per point (RESULT_SCHEMA), sorted by point_id
     per_request.parquet     one row per point and request (PER_REQUEST_SCHEMA), sorted
     manifest.json           versions, traces, git commit, timings, failures, run history
+    traces.parquet          one row per trace and block size (TRACES_SCHEMA): totals and the
+                            infinite-cache ceiling, for the figures
+    requests.parquet        one row per trace and request (REQUESTS_SCHEMA): arrival time and
+                            prompt tokens, for the figures
+    figures/                the figures drawn from the tables above (``python -m sweep.plot``)
     sweep.log               the log of every run into this directory
     .sweep/lock             held while a sweep writes here (one writer at a time)
     .sweep/points.json      point_key -> point_id of every point ever planned here
@@ -46,6 +51,8 @@ from prefixsim.policies import COMMON_COUNTERS
 from .config import POLICY_PARAM_KEYS
 
 RESULTS_FILE = "results.parquet"
+TRACES_FILE = "traces.parquet"
+REQUESTS_FILE = "requests.parquet"
 PER_REQUEST_FILE = "per_request.parquet"
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.yaml"
@@ -115,6 +122,31 @@ PER_REQUEST_SCHEMA = pa.schema(
     ]
 )
 """Columns of ``per_request.parquet``, in order (sorted by point_id, then request)."""
+
+TRACES_SCHEMA = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("trace_sha256", pa.string(), nullable=False),
+        pa.field("block_size", pa.int64(), nullable=False),
+        pa.field("n_requests", pa.int64(), nullable=False),
+        pa.field("n_blocks", pa.int64(), nullable=False),
+        pa.field("total_prompt_tokens", pa.int64(), nullable=False),
+        pa.field("ceiling_hit_tokens", pa.int64(), nullable=False),
+        pa.field("ceiling_hit_rate", pa.float64(), nullable=False),
+    ]
+)
+"""Columns of ``traces.parquet``: the infinite-cache ceiling is what a cache that never evicts
+would hit (``prefixsim.ceiling``), the bound every capacity curve meets."""
+
+REQUESTS_SCHEMA = pa.schema(
+    [
+        pa.field("trace_sha256", pa.string(), nullable=False),
+        pa.field("request", pa.int32(), nullable=False),
+        pa.field("timestamp", pa.float64(), nullable=False),
+        pa.field("prompt_tokens", pa.int64(), nullable=False),
+    ]
+)
+"""Columns of ``requests.parquet`` (``timestamp``: the trace's arrival time, ms)."""
 
 PART_SCHEMA = RESULT_SCHEMA.append(pa.field("hit_tokens", pa.list_(pa.int64())))
 """A part file: result rows plus each point's per-request hit tokens (null when not saved)."""
@@ -222,6 +254,14 @@ class RunDir:
         return self.path / MANIFEST_FILE
 
     @property
+    def traces(self) -> Path:
+        return self.path / TRACES_FILE
+
+    @property
+    def requests(self) -> Path:
+        return self.path / REQUESTS_FILE
+
+    @property
     def config(self) -> Path:
         return self.path / CONFIG_FILE
 
@@ -326,6 +366,53 @@ class RunDir:
             return
         with atomic_file(path) as f:
             np.save(f, np.asarray(input_lengths, dtype=np.int64), allow_pickle=False)
+
+    def save_trace_tables(
+        self, traces: Sequence[prefixsim.Trace], block_sizes: Sequence[int]
+    ) -> None:
+        """Write ``traces.parquet`` and ``requests.parquet`` for ``traces``, keeping the rows of
+        traces (and block sizes) that earlier runs into this directory wrote."""
+        rows = []
+        for trace in traces:
+            for block_size in block_sizes:
+                top = prefixsim.ceiling(trace, block_size)
+                rows.append(
+                    {
+                        "trace": trace.name,
+                        "trace_sha256": trace.sha256,
+                        "block_size": block_size,
+                        "n_requests": trace.n_requests,
+                        "n_blocks": trace.n_blocks,
+                        "total_prompt_tokens": top.total_prompt_tokens,
+                        "ceiling_hit_tokens": top.total_hit_tokens,
+                        "ceiling_hit_rate": top.overall_hit_rate,
+                    }
+                )
+        table = pa.Table.from_pylist(rows, schema=TRACES_SCHEMA)
+        self._merge_table(self.traces, table, ["trace_sha256", "block_size"])
+        requests = pa.concat_tables(
+            pa.Table.from_arrays(
+                [
+                    pa.array([t.sha256] * t.n_requests, pa.string()),
+                    pa.array(np.arange(t.n_requests, dtype=np.int32)),
+                    pa.array(t.timestamps),
+                    pa.array(t.input_lengths),
+                ],
+                schema=REQUESTS_SCHEMA,
+            )
+            for t in traces
+        )
+        self._merge_table(self.requests, requests, ["trace_sha256"])
+
+    def _merge_table(self, path: Path, new: pa.Table, key: list[str]) -> None:
+        """Write ``new`` to ``path`` with the old file's rows whose ``key`` is not in ``new``."""
+        if path.exists():
+            old = _read_parquet(path)
+            if old.schema.equals(new.schema):
+                new_keys = {tuple(r.values()) for r in new.select(key).to_pylist()}
+                keep = [tuple(r.values()) not in new_keys for r in old.select(key).to_pylist()]
+                new = pa.concat_tables([old.filter(pa.array(keep, pa.bool_())), new])
+        _atomic_parquet(path, lambda f: pq.write_table(new, f, compression=PARQUET_COMPRESSION))
 
     def load_prompt_tokens(self, sha256: str) -> np.ndarray:
         path = self.prompt_tokens_file(sha256)
