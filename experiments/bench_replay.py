@@ -33,7 +33,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="conversation")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--policies", default="S3FIFO,LRU", help=f"from {', '.join(policy_names())}")
+    ap.add_argument(
+        "--policies", default=",".join(policy_names()), help="comma list (default: all)"
+    )
     ap.add_argument("--no-reference", action="store_true", help="skip the slow reference runs")
     args = ap.parse_args()
 

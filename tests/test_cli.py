@@ -80,7 +80,7 @@ def test_bad_trace_is_one_line_exit_2(tmp_path: Path, content: bytes, expected: 
     [
         (["--capacity", "0"], "capacity=0"),
         (["--small-ratio", "1.5"], "small_ratio=1.5"),
-        (["--policy", "MRU"], "expected one of LRU, S3FIFO"),
+        (["--policy", "MRU"], "expected one of ARC, BELADY, CLOCK, FIFO, LFU, LRU,"),
         (["--ghost-freq", "5"], "ghost_freq=5"),
     ],
 )

@@ -38,7 +38,7 @@ TRACE = make_trace([(512, [1])])
         ({"ghost_freq": 4}, "ghost_freq", "integer in [0, 3]"),
         ({"max_freq": 1, "ghost_freq": 2}, "ghost_freq", "integer in [0, 1]"),
         ({"ghost_freq": -1}, "ghost_freq", "integer in [0, 3]"),
-        ({"policy": "ARC2"}, "policy", "expected one of LRU, S3FIFO"),
+        ({"policy": "ARC2"}, "policy", "expected one of ARC, BELADY, CLOCK, FIFO, LFU, LRU,"),
         ({"engine": "fast"}, "engine", "expected one of kernel, reference"),
     ],
 )

@@ -239,7 +239,7 @@ def test_duplicate_values_are_one_point() -> None:
     [
         ({"capacity": [0]}, "invalid capacity=0"),
         ({"policy": ["S3FIFO"], "capacity": [1]}, "small_ratio"),
-        ({"policy": ["FIFO"]}, "invalid policy='FIFO'"),
+        ({"policy": ["MRU"]}, "invalid policy='MRU'"),
         ({"block_size": [0]}, "invalid block_size=0"),
         ({"max_freq": [-1], "policy": ["S3FIFO"]}, "max_freq"),
         ({"capacity": []}, "capacity: empty"),

@@ -1,6 +1,18 @@
 """Eviction policies, registered by name. Importing this package registers the built-ins."""
 
-from . import lru, s3fifo
+from . import (
+    arc,
+    belady,
+    clock,
+    fifo,
+    lfu,
+    lru,
+    lru_leaf,
+    lru_tail_first,
+    s3fifo,
+    s3fifo_leaf,
+    sieve,
+)
 from .base import (
     COMMON_COUNTERS,
     PolicyParams,
@@ -13,16 +25,25 @@ from .base import (
 from .lru import LRUParams
 from .s3fifo import S3FIFOParams
 
-__all__ = [
+__all__ = [  # the policy modules too: importing them registers the built-in policies
     "COMMON_COUNTERS",
     "LRUParams",
     "PolicyParams",
     "PolicySpec",
     "ReferencePolicy",
     "S3FIFOParams",
+    "arc",
+    "belady",
+    "clock",
+    "fifo",
     "get_policy",
+    "lfu",
     "lru",
+    "lru_leaf",
+    "lru_tail_first",
     "policy_names",
     "register",
     "s3fifo",
+    "s3fifo_leaf",
+    "sieve",
 ]
