@@ -230,7 +230,8 @@ def main() -> None:
             f"{trace.name} ({trace.n_requests:,} requests, {trace.n_accesses:,} block accesses); "
             f"{os.cpu_count()} cores"
         )
-        extra = ["save_per_request=false"] if args.no_per_request else []
+        # The figures (a few seconds, whatever the grid size) are not part of what is measured.
+        extra = ["plot=false", *(["save_per_request=false"] if args.no_per_request else [])]
         runs = {"parallel": [f"executor.n_jobs={args.n_jobs}"]}
         if not args.no_serial:
             runs["serial"] = ["executor.n_jobs=1"]
