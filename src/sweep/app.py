@@ -298,8 +298,6 @@ def _run_locked(
     existing = run_dir.load_existing()
     points, registry = assign_points(grid_points, shas, existing.registry)
     run_dir.save_registry(registry)
-    for sha, trace in traces.items():
-        run_dir.save_prompt_tokens(sha, trace.input_lengths)
     run_dir.save_trace_tables(list(traces.values()), sorted(set(cfg.block_size)))
     todo = [
         p

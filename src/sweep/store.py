@@ -9,12 +9,11 @@ Layout of a run directory::
     traces.parquet          one row per trace and block size (TRACES_SCHEMA): totals and the
                             infinite-cache ceiling, for the figures
     requests.parquet        one row per trace and request (REQUESTS_SCHEMA): arrival time and
-                            prompt tokens, for the figures
+                            prompt tokens, for the figures and per_request.parquet
     figures/                the figures drawn from the tables above (``python -m sweep.plot``)
     sweep.log               the log of every run into this directory
     .sweep/lock             held while a sweep writes here (one writer at a time)
     .sweep/points.json      point_key -> point_id of every point ever planned here
-    .sweep/prompt_tokens/   <trace sha256>.npy: the trace's input lengths
     .sweep/parts/           one Arrow IPC file per finished batch, until consolidated
 
 Every file is written to a temporary name in the same directory and renamed into place, so a
@@ -273,9 +272,6 @@ class RunDir:
     def registry_file(self) -> Path:
         return self.state / "points.json"
 
-    def prompt_tokens_file(self, sha256: str) -> Path:
-        return self.state / "prompt_tokens" / f"{sha256}.npy"
-
     # locking
     def lock(self) -> None:
         """Take the directory's lock; :class:`StoreError` when another sweep holds it."""
@@ -360,13 +356,6 @@ class RunDir:
         doc = {"version": 1, "points": [[k, i] for k, i in items]}
         atomic_write_text(self.registry_file, json.dumps(doc, separators=(",", ":")) + "\n")
 
-    def save_prompt_tokens(self, sha256: str, input_lengths: np.ndarray) -> None:
-        path = self.prompt_tokens_file(sha256)
-        if path.exists():
-            return
-        with atomic_file(path) as f:
-            np.save(f, np.asarray(input_lengths, dtype=np.int64), allow_pickle=False)
-
     def save_trace_tables(
         self, traces: Sequence[prefixsim.Trace], block_sizes: Sequence[int]
     ) -> None:
@@ -415,11 +404,17 @@ class RunDir:
         _atomic_parquet(path, lambda f: pq.write_table(new, f, compression=PARQUET_COMPRESSION))
 
     def load_prompt_tokens(self, sha256: str) -> np.ndarray:
-        path = self.prompt_tokens_file(sha256)
+        """The input lengths of trace ``sha256``, in request order, from requests.parquet."""
+        path = self.requests
         try:
-            return np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
+            table = pq.read_table(
+                path,
+                columns=["request", "prompt_tokens"],
+                filters=[("trace_sha256", "==", sha256)],
+            ).sort_by("request")
+        except (OSError, pa.ArrowException) as err:
             raise StoreError(f"{path}: unreadable ({err})") from None
+        return table.column("prompt_tokens").to_numpy()
 
     def write_part(self, table: pa.Table) -> Path:
         """Write one finished batch (a table of :data:`PART_SCHEMA`) atomically."""
