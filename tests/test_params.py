@@ -47,7 +47,7 @@ def test_bad_parameter_is_named(kwargs: dict, name: str, allowed: str) -> None: 
         replay(TRACE, **kwargs)
     assert info.value.name == name
     assert allowed in str(info.value)
-    assert f"{name}={kwargs.get(name, '')!r}"[: len(name) + 1] in str(info.value)
+    assert f"invalid {name}=" in str(info.value)
 
 
 def test_lru_accepts_capacity_one_and_ignores_s3fifo_parameters() -> None:

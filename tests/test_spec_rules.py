@@ -27,10 +27,10 @@ from mutants import (
     Unsaturated,
     simulate,
 )
-from prefixsim import make_params, replay
+from prefixsim import get_policy, make_params, replay
 from prefixsim.policies.base import ReferencePolicy
 from prefixsim.policies.lru import LRUReference
-from prefixsim.policies.s3fifo import S3FIFOParams, S3FIFOReference
+from prefixsim.policies.s3fifo import S3FIFOParams
 
 BS = 512
 
@@ -199,16 +199,13 @@ def test_hand_worked(name: str, engine: str) -> None:
 
 
 def _mutant_outcome(case: Case, mistake: Any) -> tuple[list[int], int]:
+    """The case replayed with one mistake: a mutant reference, a replay mistake, or LRU."""
     params = make_params(case.policy, **case.params)
-    cache: ReferencePolicy
     if mistake == "LRU":
-        cache = LRUReference(make_params("LRU", params.capacity))
-    elif isinstance(mistake, str):
-        cache = (S3FIFOReference if case.policy == "S3FIFO" else LRUReference)(params)  # type: ignore[arg-type]
-        return simulate(case.requests, cache, BS, mistake)
-    else:
-        cache = mistake(params)
-    return simulate(case.requests, cache, BS)
+        return simulate(case.requests, LRUReference(make_params("LRU", params.capacity)), BS)
+    if isinstance(mistake, str):
+        return simulate(case.requests, make_cache(case), BS, mistake)
+    return simulate(case.requests, mistake(params), BS)
 
 
 @pytest.mark.parametrize(
@@ -223,8 +220,8 @@ def test_hand_worked_case_catches_mistake(name: str, mistake: Any) -> None:
 
 
 def make_cache(case: Case) -> ReferencePolicy:
-    params = make_params(case.policy, **case.params)
-    return (S3FIFOReference if case.policy == "S3FIFO" else LRUReference)(params)  # type: ignore[arg-type]
+    """The case's policy as its registered plain-Python reference."""
+    return get_policy(case.policy).reference(make_params(case.policy, **case.params))
 
 
 def test_every_common_mistake_is_caught() -> None:
