@@ -201,43 +201,33 @@ def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt
                 pred = h
                 continue
             if size >= capacity:
-                # the LRU leaf: the leaf-list head or the heap's top live entry, the older
+                # the LRU leaf: the leaf-list head or the heap's top live entry, the older.
+                # Pop the heap's top while it is dead, and once more if it is the victim.
+                victim = -1
                 while heap_len > 0:
                     key = heap[0]
                     b = block_ids[key]
-                    if resident[b] and not in_list[b] and last[b] == key and children[b] == 0:
+                    live = resident[b] and not in_list[b] and last[b] == key and children[b] == 0
+                    if live and lhead >= 0 and key >= last[lhead]:
+                        break  # the leaf list's head is older: the heap's top stays
+                    heap_len -= 1
+                    moved = heap[heap_len]
+                    j = 0
+                    while True:
+                        c = 2 * j + 1
+                        if c >= heap_len:
+                            break
+                        if c + 1 < heap_len and heap[c + 1] < heap[c]:
+                            c += 1
+                        if heap[c] >= moved:
+                            break
+                        heap[j] = heap[c]
+                        j = c
+                    heap[j] = moved
+                    if live:
+                        victim = b
                         break
-                    heap_len -= 1  # a dead entry: pop it
-                    moved = heap[heap_len]
-                    j = 0
-                    while True:
-                        c = 2 * j + 1
-                        if c >= heap_len:
-                            break
-                        if c + 1 < heap_len and heap[c + 1] < heap[c]:
-                            c += 1
-                        if heap[c] >= moved:
-                            break
-                        heap[j] = heap[c]
-                        j = c
-                    heap[j] = moved
-                if heap_len > 0 and (lhead < 0 or heap[0] < last[lhead]):
-                    victim = block_ids[heap[0]]
-                    heap_len -= 1  # pop it
-                    moved = heap[heap_len]
-                    j = 0
-                    while True:
-                        c = 2 * j + 1
-                        if c >= heap_len:
-                            break
-                        if c + 1 < heap_len and heap[c + 1] < heap[c]:
-                            c += 1
-                        if heap[c] >= moved:
-                            break
-                        heap[j] = heap[c]
-                        j = c
-                    heap[j] = moved
-                elif lhead >= 0:
+                if victim < 0 and lhead >= 0:
                     victim = lhead
                     lhead = lnext[victim]
                     if lhead >= 0:
@@ -245,7 +235,7 @@ def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt
                     else:
                         ltail = -1
                     in_list[victim] = False
-                else:  # no resident leaf (a cycle of parent links): plain LRU
+                elif victim < 0:  # no resident leaf (a cycle of parent links): plain LRU
                     victim = head
                     forced += 1
                 p = prev[victim]
