@@ -24,7 +24,7 @@ import numpy as np
 from .errors import ParameterError
 from .policies import PolicyParams, get_policy
 from .policies.base import check_int
-from .trace import Trace
+from .trace import Trace, load_trace
 
 Engine = Literal["kernel", "reference"]
 ENGINES: tuple[str, ...] = ("kernel", "reference")
@@ -115,11 +115,7 @@ class ReplayResult:
 
 
 def _as_trace(trace_or_path: Trace | str | os.PathLike[str]) -> Trace:
-    if isinstance(trace_or_path, Trace):
-        return trace_or_path
-    from .trace import load_trace
-
-    return load_trace(trace_or_path)
+    return trace_or_path if isinstance(trace_or_path, Trace) else load_trace(trace_or_path)
 
 
 def replay(
