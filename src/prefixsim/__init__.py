@@ -5,29 +5,45 @@
 >>> result.overall_hit_rate  # doctest: +SKIP
 """
 
+from .cost import PrefillCost, capacity_blocks, prefill_cost, prefill_flops
 from .errors import ParameterError, PrefixSimError, TraceError
+from .hardware import HardwareProfile, hardware_names, load_hardware
 from .lru_curve import Ceiling, LRUCurve, ceiling, lru_curve
+from .models import ModelProfile, load_model, model_names
 from .policies import PolicyParams, get_policy, policy_names, register
 from .replay import ReplayResult, make_params, replay, replay_params
 from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
+from .units import format_size, parse_size
 
 __all__ = [
     "BUNDLED_TRACES",
     "Ceiling",
+    "HardwareProfile",
     "LRUCurve",
+    "ModelProfile",
     "ParameterError",
     "PolicyParams",
+    "PrefillCost",
     "PrefixSimError",
     "ReplayResult",
     "Trace",
     "TraceError",
+    "capacity_blocks",
     "ceiling",
+    "format_size",
     "get_policy",
+    "hardware_names",
+    "load_hardware",
+    "load_model",
     "load_trace",
     "lru_curve",
     "make_params",
+    "model_names",
     "oddities",
+    "parse_size",
     "policy_names",
+    "prefill_cost",
+    "prefill_flops",
     "register",
     "replay",
     "replay_params",

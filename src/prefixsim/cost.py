@@ -1,0 +1,281 @@
+"""Prefill work and estimated prefill time, with and without the reused prefix.
+
+The one place the formulas live (``docs/cost-model.md`` derives them); the CLI, the sweep and
+the figures all call these functions.
+
+**FLOPs** of a request's prefill with ``n`` prompt tokens of which the first ``h`` are reused
+from the cache (its ``hit_tokens``; ``0 <= h <= n``), so positions ``h .. n-1`` are computed::
+
+    flops(n, h) = 2 * active_params * (n - h)
+                + layers * attention_heads * (head_dim + value_dim) * (n*(n+1) - h*(h+1))
+
+The first term is the dense (weight) work: a multiply and an add per active parameter per
+computed token. The second is causal attention: computed position ``i`` attends to the ``i + 1``
+positions ``0 .. i``; per (query, key) pair, layer and query head, ``Q.K`` costs
+``2 * head_dim`` and the weighted sum of values ``2 * value_dim``; summed over
+``i = h .. n-1``, ``sum (i + 1) = (n*(n+1) - h*(h+1)) / 2``. ``flops(n, 0)`` is the prefill
+with no cache; the work saved is ``flops(n, 0) - flops(n, h)``.
+
+**Estimated time** (a model, hence ``est_``), with a :class:`~prefixsim.hardware.HardwareProfile`
+and the tier the cache is kept in::
+
+    est_prefill_seconds(n, h) = flops(n, h) / effective_flops
+                              + ceil(h / block_size) * kv_bytes_per_block / bandwidth[tier]
+    est_ttft_saved_seconds    = est_prefill_seconds(n, 0) - est_prefill_seconds(n, h)
+
+(negative when loading the reused blocks costs more than recomputing them). The
+**break-even bandwidth** of a block is the bandwidth below which loading it costs more than
+recomputing it: ``kv_bytes_per_block * effective_flops / flops_of_that_block``; the first
+block of a prompt is the cheapest to recompute, so a tier faster than its break-even bandwidth
+wins on every block.
+
+Exactness: FLOPs per request are exact Python ints in :func:`prefill_flops_reference` and
+float64 (relative error below 1e-15) in the vectorised :func:`prefill_flops`; totals are summed
+with ``math.fsum``. Bytes and block counts are exact ints (int64 per request, checked against
+overflow; totals as Python ints).
+
+Public names (stable): :func:`prefill_flops`, :func:`prefill_flops_reference`,
+:func:`reused_blocks`, :class:`PrefillCost`, :func:`prefill_cost`, :func:`prefill_cost_reference`,
+:func:`block_recompute_flops`, :func:`break_even_bandwidth`, :func:`break_even_block`,
+:func:`capacity_blocks`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ParameterError
+from .hardware import HardwareProfile
+from .models import ModelProfile
+
+INT64_MAX = 2**63 - 1
+
+
+def _attention_coefficient(model: ModelProfile) -> int:
+    """FLOPs per unit of ``n*(n+1) - h*(h+1)``: ``layers * heads * (head_dim + value_dim)``."""
+    return model.layers * model.attention_heads * (model.head_dim + model.value_dim)
+
+
+def prefill_flops_reference(model: ModelProfile, prompt_tokens: int, hit_tokens: int = 0) -> int:
+    """Exact prefill FLOPs of one request with ``hit_tokens`` reused (the formula above,
+    summed position by position, so that it stays readable next to the docs)."""
+    n, h = int(prompt_tokens), int(hit_tokens)
+    if not 0 <= h <= n:
+        raise ParameterError("hit_tokens", h, f"expected 0 <= hit_tokens <= prompt_tokens ({n})")
+    dense = 2 * model.active_params * (n - h)
+    attention = 0
+    per_pair = 2 * (model.head_dim + model.value_dim) * model.attention_heads * model.layers
+    for i in range(h, n):  # computed position i attends to positions 0 .. i
+        attention += per_pair * (i + 1)
+    return dense + attention
+
+
+def _check_tokens(prompt: np.ndarray, hits: np.ndarray) -> None:
+    if prompt.shape != hits.shape:
+        raise ParameterError(
+            "hit_tokens",
+            f"shape {hits.shape}",
+            f"expected the shape of prompt_tokens {prompt.shape}",
+        )
+    if len(prompt) and (int(hits.min()) < 0 or bool(np.any(hits > prompt))):
+        bad = int(np.flatnonzero((hits < 0) | (hits > prompt))[0])
+        raise ParameterError(
+            f"hit_tokens[{bad}]",
+            int(hits[bad]),
+            f"expected 0 <= hit_tokens <= prompt_tokens ({int(prompt[bad])})",
+        )
+
+
+def prefill_flops(
+    model: ModelProfile, prompt_tokens: np.ndarray, hit_tokens: np.ndarray | None = None
+) -> np.ndarray:
+    """Prefill FLOPs per request (float64) with ``hit_tokens`` reused (none if None)."""
+    n = np.asarray(prompt_tokens, dtype=np.int64)
+    h = np.zeros_like(n) if hit_tokens is None else np.asarray(hit_tokens, dtype=np.int64)
+    _check_tokens(n, h)
+    if len(n) and int(n.max()) > 2**31:
+        raise ParameterError("prompt_tokens", int(n.max()), "expected at most 2**31 per request")
+    # n*(n+1) is exact in int64 for n <= 2**31; the products with the model's constants are
+    # float64 (relative error < 1e-15; totals can pass 2**63).
+    pairs = (n * (n + 1) - h * (h + 1)).astype(np.float64)
+    dense = (n - h).astype(np.float64) * float(2 * model.active_params)
+    return dense + pairs * float(_attention_coefficient(model))
+
+
+def reused_blocks(hit_tokens: np.ndarray, block_size: int) -> np.ndarray:
+    """Blocks a request loads from the cache: ``ceil(hit_tokens / block_size)`` (int64). A hit
+    clamped to a prompt that ends inside a block still loads that whole block."""
+    h = np.asarray(hit_tokens, dtype=np.int64)
+    return -(-h // int(block_size))
+
+
+def block_recompute_flops(model: ModelProfile, block_size: int, block_index: int = 0) -> int:
+    """Exact FLOPs to recompute block ``block_index`` of a prompt (its tokens
+    ``block_index * block_size .. (block_index + 1) * block_size - 1``) given the earlier ones."""
+    h = block_index * block_size
+    n = h + block_size
+    return 2 * model.active_params * block_size + _attention_coefficient(model) * (
+        n * (n + 1) - h * (h + 1)
+    )
+
+
+def break_even_bandwidth(
+    model: ModelProfile, hardware: HardwareProfile, block_size: int, block_index: int = 0
+) -> float:
+    """Bytes/s below which loading block ``block_index`` costs more than recomputing it (block
+    0, the default, is the cheapest to recompute: the largest break-even bandwidth)."""
+    recompute_seconds = block_recompute_flops(model, block_size, block_index) / (
+        hardware.effective_flops
+    )
+    return model.kv_bytes_per_block(block_size) / recompute_seconds
+
+
+def break_even_block(
+    model: ModelProfile, hardware: HardwareProfile, block_size: int, tier: str
+) -> int:
+    """The first block index from which loading a block from ``tier`` is no slower than
+    recomputing it (0: loading always wins). Recompute cost grows linearly with the index."""
+    load = model.kv_bytes_per_block(block_size) / hardware.tier_bandwidth(tier)
+    eff = hardware.effective_flops
+    c = _attention_coefficient(model)
+    # recompute(j) = (2 P b + c (b^2 (2 j + 1) + b)) / eff >= load  <=>  j >= x
+    x = (
+        (load * eff - 2 * model.active_params * block_size - c * block_size) / (c * block_size**2)
+        - 1
+    ) / 2
+    j = max(0, math.ceil(x))
+    while j > 0 and block_recompute_flops(model, block_size, j - 1) / eff >= load:
+        j -= 1  # guard the float rounding of x
+    while block_recompute_flops(model, block_size, j) / eff < load:
+        j += 1
+    return j
+
+
+def capacity_blocks(
+    cache_bytes: int, model: ModelProfile, block_size: int, key: str = "cache_size"
+) -> int:
+    """Whole blocks of ``model`` (at its ``kv_dtype``) that fit in ``cache_bytes`` (floor).
+    A size below one block is a :class:`ParameterError` naming ``key``."""
+    per_block = model.kv_bytes_per_block(block_size)
+    blocks = int(cache_bytes) // per_block
+    if blocks < 1:
+        raise ParameterError(
+            key,
+            cache_bytes,
+            f"smaller than one block of {model.name} ({per_block} bytes at "
+            f"block_size={block_size}, {model.kv_dtype})",
+        )
+    return blocks
+
+
+@dataclass(frozen=True, eq=False)
+class PrefillCost:
+    """Per-request prefill work (and, with hardware, estimated time) of one replay.
+
+    Arrays are per request in trace order; the ``est_`` ones are None without hardware.
+    """
+
+    prefill_flops: np.ndarray
+    """float64: FLOPs with no cache, ``flops(n, 0)``."""
+    prefill_flops_saved: np.ndarray
+    """float64: ``flops(n, 0) - flops(n, h)``."""
+    reused_bytes: np.ndarray
+    """int64: ``ceil(h / block_size) * kv_bytes_per_block``."""
+    kv_bytes_per_block: int
+    est_prefill_seconds_no_cache: np.ndarray | None = None
+    est_prefill_seconds: np.ndarray | None = None
+    """Compute of the uncached part plus transfer of the reused blocks."""
+    est_ttft_saved_seconds: np.ndarray | None = None
+    est_break_even_bandwidth: float | None = None
+    """Bytes/s below which loading a prompt's first block costs more than recomputing it."""
+
+    def totals(self) -> dict[str, float | int | None]:
+        """Sums over requests (FLOPs and seconds with ``math.fsum``; bytes exact)."""
+
+        def fsum(a: np.ndarray | None) -> float | None:
+            return None if a is None else math.fsum(a.tolist())
+
+        return {
+            "prefill_flops": fsum(self.prefill_flops),
+            "prefill_flops_saved": fsum(self.prefill_flops_saved),
+            "reused_bytes": _exact_sum(self.reused_bytes),
+            "est_prefill_seconds_no_cache": fsum(self.est_prefill_seconds_no_cache),
+            "est_prefill_seconds": fsum(self.est_prefill_seconds),
+            "est_ttft_saved_seconds": fsum(self.est_ttft_saved_seconds),
+            "est_break_even_bandwidth": self.est_break_even_bandwidth,
+        }
+
+
+def _exact_sum(a: np.ndarray) -> int:
+    """Exact sum of an int64 array (Python ints: no wrap-around), refused past int64."""
+    total = sum(int(x) for x in a.tolist())
+    if total > INT64_MAX:
+        raise ParameterError("reused_bytes", total, "total past int64; use a smaller trace")
+    return total
+
+
+def prefill_cost(
+    model: ModelProfile,
+    prompt_tokens: np.ndarray,
+    hit_tokens: np.ndarray,
+    block_size: int,
+    hardware: HardwareProfile | None = None,
+    tier: str = "hbm",
+) -> PrefillCost:
+    """Per-request prefill FLOPs, FLOPs saved and reused bytes, and with ``hardware`` the
+    estimated prefill time with and without the cache kept in ``tier`` (vectorised)."""
+    n = np.asarray(prompt_tokens, dtype=np.int64)
+    h = np.asarray(hit_tokens, dtype=np.int64)
+    per_block = model.kv_bytes_per_block(block_size)
+    full = prefill_flops(model, n)
+    done = prefill_flops(model, n, h)
+    blocks = reused_blocks(h, block_size)
+    if len(blocks) and int(blocks.max()) > INT64_MAX // per_block:
+        raise ParameterError("reused_bytes", int(blocks.max()) * per_block, "past int64")
+    reused = blocks * np.int64(per_block)
+    if hardware is None:
+        return PrefillCost(full, full - done, reused, per_block)
+    eff = hardware.effective_flops
+    bandwidth = hardware.tier_bandwidth(tier)
+    no_cache = full / eff
+    with_cache = done / eff + reused.astype(np.float64) / bandwidth
+    return PrefillCost(
+        full,
+        full - done,
+        reused,
+        per_block,
+        est_prefill_seconds_no_cache=no_cache,
+        est_prefill_seconds=with_cache,
+        est_ttft_saved_seconds=no_cache - with_cache,
+        est_break_even_bandwidth=break_even_bandwidth(model, hardware, block_size),
+    )
+
+
+def prefill_cost_reference(
+    model: ModelProfile,
+    prompt_tokens: int,
+    hit_tokens: int,
+    block_size: int,
+    hardware: HardwareProfile | None = None,
+    tier: str = "hbm",
+) -> dict[str, float | int]:
+    """One request's :func:`prefill_cost`, in plain Python (exact ints, then one division)."""
+    full = prefill_flops_reference(model, prompt_tokens, 0)
+    done = prefill_flops_reference(model, prompt_tokens, hit_tokens)
+    blocks = (hit_tokens + block_size - 1) // block_size
+    out: dict[str, float | int] = {
+        "prefill_flops": full,
+        "prefill_flops_saved": full - done,
+        "reused_bytes": blocks * model.kv_bytes_per_block(block_size),
+    }
+    if hardware is not None:
+        eff = hardware.effective_flops
+        no_cache = full / eff
+        with_cache = done / eff + out["reused_bytes"] / hardware.tier_bandwidth(tier)
+        out["est_prefill_seconds_no_cache"] = no_cache
+        out["est_prefill_seconds"] = with_cache
+        out["est_ttft_saved_seconds"] = no_cache - with_cache
+    return out

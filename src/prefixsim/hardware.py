@@ -1,0 +1,132 @@
+"""Hardware profiles: how fast a GPU computes a prefill and how fast a cached block reaches it.
+
+A :class:`HardwareProfile` holds a GPU's peak dense (no sparsity) FLOP/s per compute dtype,
+an assumed model-FLOPs utilisation (``mfu``) for prefill, and the bandwidth, in bytes/s, at which
+a cached KV block reaches the GPU from each place it can be kept (:data:`TIERS`):
+
+* ``hbm``: the GPU's own memory (the block is read once at HBM bandwidth: an upper bound of
+  the cost, an in-place prefix cache costs about nothing);
+* ``dram_pcie``: host DRAM over the host link (PCIe);
+* ``rdma``: a remote DRAM pool over the NIC (RDMA);
+* ``nvme``: a local NVMe SSD.
+
+These are **model inputs, not measurements**: every number derived from them is labelled
+``est_`` (see :mod:`prefixsim.cost`). Profiles ship as YAML files in
+``prefixsim/profiles/hardware/NAME.yaml`` with their sources, and are the sweep's config group
+``hardware``. :func:`load_hardware` takes a name or a YAML path.
+
+Public names (stable): :class:`HardwareProfile`, :data:`TIERS`, :func:`load_hardware`,
+:func:`hardware_names`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ParameterError
+from .models import DTYPE_BYTES, _from_dict, _names, load_profile_doc
+
+TIERS: tuple[str, ...] = ("hbm", "dram_pcie", "rdma", "nvme")
+"""Places a cached block is kept, nearest first."""
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """A GPU for the prefill-time estimate (one GPU; a model split over ``n_gpus`` GPUs by
+    tensor parallelism gets ``n_gpus`` times the FLOP/s and bandwidths)."""
+
+    name: str
+    peak_flops: dict[str, float] = field(hash=False)
+    """Peak dense FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``)."""
+    bandwidth: dict[str, float] = field(hash=False)
+    """Bytes/s at which a cached block reaches the GPU, per tier (:data:`TIERS`)."""
+    mfu: float = 0.5
+    """Assumed model-FLOPs utilisation of prefill (fraction of the peak achieved)."""
+    compute_dtype: str = "bf16"
+    """dtype whose peak FLOP/s the estimate uses."""
+    n_gpus: int = 1
+    """GPUs serving one replica (tensor parallel): FLOP/s and bandwidths scale with it."""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for attr, allowed in (("peak_flops", DTYPE_BYTES), ("bandwidth", TIERS)):
+            table = getattr(self, attr)
+            if not isinstance(table, dict) or not table:
+                raise ParameterError(f"hardware.{attr}", table, "expected a non-empty mapping")
+            for k, v in table.items():
+                if k not in allowed:
+                    raise ParameterError(
+                        f"hardware.{attr}.{k}", v, f"unknown key (keys: {', '.join(allowed)})"
+                    )
+                if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                    raise ParameterError(f"hardware.{attr}.{k}", v, "expected a number > 0")
+                if not math.isfinite(v):
+                    raise ParameterError(f"hardware.{attr}.{k}", v, "expected a finite number")
+        if isinstance(self.mfu, bool) or not isinstance(self.mfu, int | float):
+            raise ParameterError("hardware.mfu", self.mfu, "expected a number in (0, 1]")
+        if not 0 < self.mfu <= 1:
+            raise ParameterError("hardware.mfu", self.mfu, "expected a number in (0, 1]")
+        if self.compute_dtype not in self.peak_flops:
+            raise ParameterError(
+                "hardware.compute_dtype",
+                self.compute_dtype,
+                f"no peak_flops for it (has: {', '.join(self.peak_flops)})",
+            )
+        if isinstance(self.n_gpus, bool) or not isinstance(self.n_gpus, int) or self.n_gpus < 1:
+            raise ParameterError("hardware.n_gpus", self.n_gpus, "expected an integer >= 1")
+
+    @property
+    def effective_flops(self) -> float:
+        """FLOP/s assumed achieved in prefill: ``peak_flops[compute_dtype] * mfu * n_gpus``."""
+        return float(self.peak_flops[self.compute_dtype]) * self.mfu * self.n_gpus
+
+    def tier_bandwidth(self, tier: str) -> float:
+        """Bytes/s from ``tier`` to the GPU(s) (times ``n_gpus``: each GPU loads its shard)."""
+        if tier not in TIERS:
+            raise ParameterError("cache_tier", tier, f"expected one of {', '.join(TIERS)}")
+        if tier not in self.bandwidth:
+            have = ", ".join(self.bandwidth)
+            raise ParameterError(
+                "cache_tier", tier, f"{self.name} has no bandwidth for it ({have})"
+            )
+        return float(self.bandwidth[tier]) * self.n_gpus
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str = "hardware") -> HardwareProfile:
+        doc = dict(doc)
+        for k in ("peak_flops", "bandwidth"):
+            if isinstance(doc.get(k), dict):
+                doc[k] = {str(a): _number(f"hardware.{k}.{a}", b) for a, b in doc[k].items()}
+        if "mfu" in doc:
+            doc["mfu"] = _number("hardware.mfu", doc["mfu"])
+        return _from_dict(cls, doc, where)
+
+
+def _number(key: str, value: Any) -> Any:
+    """YAML reads ``3.35e12`` as a float but ``3.35e+12``-less forms like ``1e12`` as a string
+    (YAML 1.1): accept both."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ParameterError(key, value, "expected a number") from None
+    return value
+
+
+def hardware_names() -> list[str]:
+    """Names of the bundled hardware profiles."""
+    return _names("hardware")
+
+
+def load_hardware(name_or_path: str | HardwareProfile) -> HardwareProfile:
+    """A bundled hardware profile by name (``h100``) or a YAML file's."""
+    if isinstance(name_or_path, HardwareProfile):
+        return name_or_path
+    doc, where = load_profile_doc("hardware", name_or_path, "hardware")
+    return HardwareProfile.from_dict(doc, where)
