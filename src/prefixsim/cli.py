@@ -10,7 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import PrefixSimError
+from .cost import capacity_from_size, cost_report
+from .errors import ParameterError, PrefixSimError
+from .hardware import TIERS, hardware_names, load_hardware
+from .models import DTYPE_BYTES, load_model, model_names
 from .policies import policy_names
 from .policies.s3fifo import S3FIFOParams
 from .replay import ENGINES, replay
@@ -41,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"one of {', '.join(policy_names())} (default: %(default)s)",
     )
     p.add_argument(
-        "--capacity", type=int, default=4096, help="cache size in blocks (default: %(default)s)"
+        "--capacity",
+        type=int,
+        default=None,
+        help="cache size in blocks (default: 4096, or from --cache-size)",
     )
     p.add_argument(
         "--block-size", type=int, default=512, help="tokens per block (default: %(default)s)"
@@ -64,6 +70,36 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=_S3.ghost_freq,
         help="freq a block re-admitted from the ghost starts with in M (default: %(default)s)",
+    )
+    cost = p.add_argument_group(
+        "model and cost (docs/cost-model.md; est_ values are a model, not measurements)"
+    )
+    cost.add_argument(
+        "--model",
+        metavar="NAME|FILE",
+        help=f"model profile ({', '.join(model_names())}) or a YAML file: adds bytes and "
+        "prefill FLOPs to the report",
+    )
+    cost.add_argument(
+        "--kv-dtype", choices=list(DTYPE_BYTES), help="KV-cache dtype (default: the model's)"
+    )
+    cost.add_argument(
+        "--cache-size",
+        metavar="SIZE",
+        help="cache size in bytes instead of --capacity (64GiB, 1TiB, 500GB): "
+        "whole blocks of --model, floor",
+    )
+    cost.add_argument(
+        "--hardware",
+        metavar="NAME|FILE",
+        help=f"hardware profile ({', '.join(hardware_names())}) or a YAML file: adds the "
+        "estimated prefill time (needs --model)",
+    )
+    cost.add_argument(
+        "--cache-tier",
+        choices=TIERS,
+        default="hbm",
+        help="where the cached blocks are kept, for the transfer time (default: %(default)s)",
     )
     p.add_argument(
         "--engine",
@@ -100,14 +136,71 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _sizing(args: argparse.Namespace) -> tuple[int, int | None, Any, Any]:
+    """``(capacity, cache_bytes, model, hardware)`` from the options (checked together)."""
+    model = None if args.model is None else load_model(args.model, args.kv_dtype, "--model")
+    hardware = None if args.hardware is None else load_hardware(args.hardware, "--hardware")
+    if model is None:
+        for option, value in (
+            ("--cache-size", args.cache_size),
+            ("--hardware", args.hardware),
+            ("--kv-dtype", args.kv_dtype),
+        ):
+            if value is not None:
+                raise ParameterError(option, value, "needs --model")
+    if args.cache_size is None:
+        return (4096 if args.capacity is None else args.capacity), None, model, hardware
+    if args.capacity is not None:
+        raise ParameterError(
+            "--cache-size", args.cache_size, "give --capacity (blocks) or --cache-size, not both"
+        )
+    assert model is not None
+    capacity, cache_bytes = capacity_from_size(
+        args.cache_size, model, args.block_size, "--cache-size"
+    )
+    return capacity, cache_bytes, model, hardware
+
+
+def _add_cost(
+    report: dict[str, Any],
+    result: Any,
+    model: Any,
+    hardware: Any,
+    tier: str,
+    cache_bytes: int | None,
+) -> None:
+    """The model's bytes and the prefill work (and estimated time) in the report."""
+    extra, cost = cost_report(
+        model,
+        result.prompt_tokens,
+        result.hit_tokens,
+        result.block_size,
+        result.cache_capacity_blocks,
+        cache_bytes=cache_bytes,
+        hardware=hardware,
+        tier=tier,
+    )
+    report.update(extra)
+    rows = report.get("per_request")
+    if rows is not None:
+        saved = cost.prefill_flops_saved.tolist()
+        est = cost.est_ttft_saved_seconds
+        est_list = est.tolist() if est is not None else None
+        for i, row in enumerate(rows):
+            row["prefill_flops_saved"] = saved[i]
+            if est_list is not None:
+                row["est_ttft_saved_seconds"] = est_list[i]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        capacity, cache_bytes, model, hardware = _sizing(args)
         trace = load_trace(args.trace)
         result = replay(
             trace,
             policy=args.policy,
-            capacity=args.capacity,
+            capacity=capacity,
             block_size=args.block_size,
             small_ratio=args.small_ratio,
             max_freq=args.max_freq,
@@ -115,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             engine=args.engine,
         )
         report: dict[str, Any] = result.to_report(per_request=args.per_request)
+        if model is not None:
+            _add_cost(report, result, model, hardware, args.cache_tier, cache_bytes)
         if args.oddities:
             report["oddities"] = oddities(trace, result.block_size)
         text = json.dumps(report, indent=None if args.per_request else 2) + "\n"

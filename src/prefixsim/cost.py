@@ -279,3 +279,44 @@ def prefill_cost_reference(
         out["est_prefill_seconds"] = with_cache
         out["est_ttft_saved_seconds"] = no_cache - with_cache
     return out
+
+
+def capacity_from_size(
+    cache_size: str | int, model: ModelProfile, block_size: int, key: str = "cache_size"
+) -> tuple[int, int]:
+    """``(capacity in blocks, cache bytes)`` of a cache of ``cache_size`` (``"64GiB"``, or an
+    int of bytes) for ``model`` at ``block_size``: whole blocks, floor. Errors name ``key``."""
+    from .units import parse_size
+
+    cache_bytes = parse_size(key, cache_size)
+    return capacity_blocks(cache_bytes, model, block_size, key), cache_bytes
+
+
+def cost_report(
+    model: ModelProfile,
+    prompt_tokens: np.ndarray,
+    hit_tokens: np.ndarray,
+    block_size: int,
+    capacity: int,
+    *,
+    cache_bytes: int | None = None,
+    hardware: HardwareProfile | None = None,
+    tier: str = "hbm",
+) -> tuple[dict[str, object], PrefillCost]:
+    """The cost keys of a replay's report (``python -m prefixsim --model``): the model's bytes,
+    the cache in bytes (``cache_bytes``, else ``capacity * kv_bytes_per_block``) and the totals
+    of :class:`PrefillCost`; and the per-request cost itself."""
+    cost = prefill_cost(model, prompt_tokens, hit_tokens, block_size, hardware, tier)
+    report: dict[str, object] = {
+        "model": model.name,
+        "kv_dtype": model.kv_dtype,
+        "kv_bytes_per_block": cost.kv_bytes_per_block,
+        "cache_bytes": capacity * cost.kv_bytes_per_block if cache_bytes is None else cache_bytes,
+    }
+    totals = cost.totals()
+    if hardware is None:
+        totals = {k: v for k, v in totals.items() if not k.startswith("est_")}
+    else:
+        report.update(hardware=hardware.name, cache_tier=tier)
+    report.update(totals)
+    return report, cost

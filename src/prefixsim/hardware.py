@@ -124,9 +124,9 @@ def hardware_names() -> list[str]:
     return _names("hardware")
 
 
-def load_hardware(name_or_path: str | HardwareProfile) -> HardwareProfile:
-    """A bundled hardware profile by name (``h100``) or a YAML file's."""
+def load_hardware(name_or_path: str | HardwareProfile, key: str = "hardware") -> HardwareProfile:
+    """A bundled hardware profile by name (``h100``) or a YAML file's; errors name ``key``."""
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path
-    doc, where = load_profile_doc("hardware", name_or_path, "hardware")
+    doc, where = load_profile_doc("hardware", name_or_path, key)
     return HardwareProfile.from_dict(doc, where)

@@ -197,12 +197,14 @@ def load_profile_doc(kind: str, name_or_path: str, key: str) -> tuple[dict[str, 
     return doc, str(path)
 
 
-def load_model(name_or_path: str | ModelProfile, kv_dtype: str | None = None) -> ModelProfile:
+def load_model(
+    name_or_path: str | ModelProfile, kv_dtype: str | None = None, key: str = "model"
+) -> ModelProfile:
     """A bundled model profile by name (``llama-3.1-70b``) or a YAML file's, optionally with
-    another ``kv_dtype``."""
+    another ``kv_dtype``; errors name ``key``."""
     if isinstance(name_or_path, ModelProfile):
         model = name_or_path
     else:
-        doc, where = load_profile_doc("model", name_or_path, "model")
+        doc, where = load_profile_doc("model", name_or_path, key)
         model = ModelProfile.from_dict(doc, where)
     return model if kv_dtype is None else model.with_kv_dtype(kv_dtype)
