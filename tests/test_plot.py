@@ -91,6 +91,9 @@ def make_results(
             rows.append(row)
     df = pd.DataFrame(rows)
     for f in RESULT_SCHEMA:
+        if f.name not in df.columns:  # columns these figures do not use (the cost model's)
+            df[f.name] = pd.Series([None] * len(df), dtype="object")
+    for f in RESULT_SCHEMA:
         if f.nullable and pa.types.is_integer(f.type):
             df[f.name] = df[f.name].astype("Int64")
     df["small_ratio"] = df["small_ratio"].astype("float64")
@@ -140,9 +143,11 @@ def write_run(
     path.mkdir(parents=True, exist_ok=True)
     results.to_parquet(path / "results.parquet", index=False)
     if per_request:
-        table = pa.Table.from_pandas(
-            make_per_request(results), schema=PER_REQUEST_SCHEMA, preserve_index=False
-        )
+        rows = make_per_request(results)
+        for name in PER_REQUEST_SCHEMA.names:
+            if name not in rows.columns:  # the cost model's columns: null without a model
+                rows[name] = None
+        table = pa.Table.from_pandas(rows, schema=PER_REQUEST_SCHEMA, preserve_index=False)
         pq.write_table(table, path / "per_request.parquet")
     if traces:
         make_traces(results).to_parquet(path / "traces.parquet", index=False)

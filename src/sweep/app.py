@@ -25,6 +25,7 @@ from prefixsim import ParameterError, Trace
 
 from . import manifest as env
 from .config import POLICY_PARAM_KEYS, Backend, ExecutorConfig, SweepConfig
+from .costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS, CostSetup, cost_setup
 from .grid import Point, assign_points, plan_grid, unused_parameters
 from .run import (
     Batch,
@@ -37,7 +38,15 @@ from .run import (
     release_loky_workers,
     warm_up,
 )
-from .store import COUNTER_COLUMNS, LOG_FILE, PART_SCHEMA, RunDir, atomic_write_text
+from .store import (
+    COUNTER_COLUMNS,
+    LOG_FILE,
+    PART_LIST_COLUMNS,
+    PART_SCHEMA,
+    RunDir,
+    atomic_write_text,
+    part_list_name,
+)
 
 log = logging.getLogger("sweep")
 
@@ -123,8 +132,17 @@ def _now() -> str:
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
-def _part_table(points: dict[int, Point], outcomes: Sequence[Outcome]) -> pa.Table:
-    """A part file's table from a batch's successful outcomes."""
+def _part_table(
+    points: dict[int, Point],
+    outcomes: Sequence[Outcome],
+    setup: CostSetup | None = None,
+    traces: dict[str, Trace] | None = None,
+    keep_hits: bool = True,
+) -> pa.Table:
+    """A part file's table from a batch's successful outcomes. With a cost ``setup`` (a model),
+    the cost columns are computed from each outcome's hit tokens and its trace's prompt tokens
+    (``traces`` by sha256); ``keep_hits=False`` then drops the hit tokens (per-request output
+    off)."""
     pts = [points[o.point_id] for o in outcomes]
     cols: dict[str, Any] = {
         "point_id": [p.point_id for p in pts],
@@ -145,21 +163,57 @@ def _part_table(points: dict[int, Point], outcomes: Sequence[Outcome]) -> pa.Tab
     )
     for c in COUNTER_COLUMNS:
         cols[c] = [(o.counters or {}).get(c) for o in outcomes]
+    cost_rows, cost_lists = _cost_columns(pts, outcomes, setup, traces)
+    for c, _ in RESULT_COST_COLUMNS:
+        cols[c] = [row.get(c) for row in cost_rows]
+    cols["cache_bytes"] = [p.cache_bytes for p in pts]
     cols["replay_seconds"] = [o.seconds for o in outcomes]
     cols["point_key"] = [p.key for p in pts]
-    arrays = [pa.array(cols[f.name], f.type) for f in PART_SCHEMA if f.name != "hit_tokens"]
+    arrays = [
+        pa.array(cols[f.name], f.type) for f in PART_SCHEMA if f.name not in PART_LIST_COLUMNS
+    ]
     hits = [o.hit_tokens for o in outcomes if o.hit_tokens is not None]
-    list_type = PART_SCHEMA.field("hit_tokens").type
-    if hits and len(hits) == len(outcomes):
-        offsets = np.zeros(len(hits) + 1, np.int64)
-        np.cumsum([len(h) for h in hits], out=offsets[1:])
-        values = np.concatenate(hits)
-        arrays.append(
-            pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()))
-        )
-    else:
-        arrays.append(pa.nulls(len(outcomes), list_type))
+    per_request = keep_hits and bool(hits) and len(hits) == len(outcomes)
+    arrays.append(
+        _list_column(hits if per_request else None, PART_SCHEMA.field("hit_tokens"), len(outcomes))
+    )
+    for c in PER_REQUEST_COST_COLUMNS:
+        values = cost_lists.get(c) if per_request else None
+        arrays.append(_list_column(values, PART_SCHEMA.field(part_list_name(c)), len(outcomes)))
     return pa.Table.from_arrays(arrays, schema=PART_SCHEMA)
+
+
+def _list_column(values: list[np.ndarray] | None, f: pa.Field, n: int) -> pa.Array:
+    """One list per outcome (or all null)."""
+    if values is None or len(values) != n:
+        return pa.nulls(n, f.type)
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum([len(v) for v in values], out=offsets[1:])
+    flat = np.concatenate(values) if values else np.zeros(0)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, f.type.value_type))
+
+
+def _cost_columns(
+    pts: Sequence[Point],
+    outcomes: Sequence[Outcome],
+    setup: CostSetup | None,
+    traces: dict[str, Trace] | None,
+) -> tuple[list[dict[str, Any]], dict[str, list[np.ndarray]]]:
+    """Result cost columns per outcome, and per-request cost arrays per column (empty without
+    a model: the columns are null)."""
+    if setup is None or traces is None:
+        return [{} for _ in outcomes], {}
+    rows: list[dict[str, Any]] = []
+    lists: dict[str, list[np.ndarray]] = {}
+    for p, o in zip(pts, outcomes, strict=True):
+        if o.hit_tokens is None:  # cannot happen: hits are kept for every point with a model
+            raise RuntimeError(f"point {p.point_id}: no hit tokens for the cost columns")
+        prompt = traces[p.trace_sha256].input_lengths
+        totals, per_request = setup.point_columns(prompt, o.hit_tokens, p.block_size)
+        rows.append(totals)
+        for c, values in per_request.items():
+            lists.setdefault(c, []).append(values)
+    return rows, lists
 
 
 @contextlib.contextmanager
@@ -295,8 +349,11 @@ def _run_locked(
     timings: dict[str, float],
 ) -> SweepSummary:
     ex = cfg.executor
+    setup = cost_setup(cfg)
     existing = run_dir.load_existing()
-    points, registry = assign_points(grid_points, shas, existing.registry)
+    points, registry = assign_points(
+        grid_points, shas, existing.registry, None if setup is None else setup.identity()
+    )
     run_dir.save_registry(registry)
     run_dir.save_trace_tables(list(traces.values()), sorted(set(cfg.block_size)))
     todo = [
@@ -403,7 +460,7 @@ def _run_locked(
                 summary.failures.append(failure)
                 log.error("point failed: %s: %s", failure.point, failure.error)
         if ok:
-            run_dir.write_part(_part_table(by_id, ok))
+            run_dir.write_part(_part_table(by_id, ok, setup, traces, cfg.save_per_request))
             summary.computed += len(ok)
         replay_seconds += sum(o.seconds for o in ok)
         bar.update(len(outcomes))
@@ -442,7 +499,9 @@ def _run_locked(
                 with logging_redirect_tqdm():
                     t_execute = time.perf_counter()
                     try:
-                        execute(plan, traces, ex, cfg.save_per_request, on_batch, client=client)
+                        # the cost columns need every point's hit tokens, saved or not
+                        keep_hits = cfg.save_per_request or setup is not None
+                        execute(plan, traces, ex, keep_hits, on_batch, client=client)
                     finally:
                         if release_workers and ex.backend == Backend.loky and not plan.in_process:
                             release_loky_workers()

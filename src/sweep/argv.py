@@ -126,8 +126,10 @@ def rewrite_override(text: str) -> str:
         return text
     if override.value_type == ValueType.ELEMENT:
         value = override.value()
-        if isinstance(value, (list, dict)):
-            return text  # already a list (or a mapping, which Hydra rejects with the key name)
+        if value is None or isinstance(value, (list, dict)):
+            # already a list (or a mapping, which Hydra rejects with the key name), or null:
+            # capacity=null clears an experiment's capacities for cache_size
+            return text
         return f"{override.get_key_element()}=[{override.get_value_element_as_str()}]"
     if override.value_type == ValueType.INTERVAL_SWEEP:
         raise ArgvError(

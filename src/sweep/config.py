@@ -16,16 +16,24 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+MISSING: Any = "???"  # omegaconf.MISSING (a required value), without importing omegaconf here
+
 GRID_KEYS: tuple[str, ...] = (
     "trace",
     "policy",
     "capacity",
+    "cache_size",
     "block_size",
     "small_ratio",
     "max_freq",
     "ghost_freq",
 )
-"""Keys that take a list of values; the grid is their Cartesian product (deduplicated)."""
+"""Keys that take a list of values; the grid is their Cartesian product (deduplicated).
+``capacity`` and ``cache_size`` are two spellings of the cache size (blocks, bytes): a grid
+gives at most one of them (None: not given)."""
+
+DEFAULT_CAPACITIES: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
+"""Capacities (blocks) of a grid that gives neither ``capacity`` nor ``cache_size``."""
 
 POLICY_PARAM_KEYS: tuple[str, ...] = ("small_ratio", "max_freq", "ghost_freq")
 """Grid keys that are policy parameters: a policy without one of them (``PolicyParams``
@@ -75,14 +83,53 @@ class ExecutorConfig:
 
 
 @dataclass
+class ModelConfig:
+    """Schema of the config group ``model``: the fields of :class:`prefixsim.ModelProfile`
+    (``tests/test_cost_sweep.py`` holds them equal), so a typo in a profile fails before the run;
+    the engine checks the values when the sweep converts it."""
+
+    name: str = MISSING
+    layers: int = MISSING
+    attention_heads: int = MISSING
+    kv_heads: int = MISSING
+    head_dim: int = MISSING
+    hidden_size: int = MISSING
+    total_params: int = MISSING
+    active_params: int = MISSING
+    attention: str = "gqa"
+    v_head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    kv_dtype: str = "bf16"
+    source: str = ""
+
+
+@dataclass
+class HardwareConfig:
+    """Schema of the config group ``hardware``: the fields of :class:`prefixsim.HardwareProfile`."""
+
+    name: str = MISSING
+    peak_flops: dict[str, float] = MISSING
+    bandwidth: dict[str, float] = MISSING
+    mfu: float = 0.5
+    compute_dtype: str = "bf16"
+    n_gpus: int = 1
+    source: str = ""
+
+
+@dataclass
 class SweepConfig:
     """A sweep: the grid, the executor and the output settings."""
 
     trace: list[str] = field(default_factory=lambda: ["conversation"])
     """Bundled trace names (``prefixsim.BUNDLED_TRACES``) or paths to Mooncake JSONL files."""
     policy: list[str] = field(default_factory=lambda: ["S3FIFO", "LRU"])
-    capacity: list[int] = field(default_factory=lambda: [1024, 2048, 4096, 8192, 16384])
-    """Cache capacities, in blocks."""
+    capacity: list[int] | None = None
+    """Cache capacities, in blocks; None (not given): :data:`DEFAULT_CAPACITIES`, or the
+    capacities of ``cache_size``."""
+    cache_size: list[str] | None = None
+    """Cache sizes in bytes (``64GiB``, ``1TiB``, ``500GB``), instead of ``capacity``: whole
+    blocks of ``model`` at each block size (floor). Needs ``model``."""
     block_size: list[int] = field(default_factory=lambda: [512])
     """Tokens per block."""
     small_ratio: list[float] = field(default_factory=lambda: [0.1])
@@ -91,6 +138,14 @@ class SweepConfig:
     """S3FIFO: saturation value of the per-block frequency."""
     ghost_freq: list[int] = field(default_factory=lambda: [0])
     """S3FIFO: frequency of a block re-admitted from the ghost queue."""
+    model: ModelConfig | None = None
+    """The model whose KV cache fills the blocks (config group ``model``): adds bytes, prefill
+    FLOPs and (with ``hardware``) est_ time columns; None: those columns are null."""
+    hardware: HardwareConfig | None = None
+    """The GPU for the est_ prefill time (config group ``hardware``)."""
+    cache_tier: str = "hbm"
+    """Where the cached blocks are kept, for the est_ transfer time: hbm, dram_pcie, rdma or
+    nvme (a bandwidth of ``hardware``)."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     out_dir: str = DEFAULT_OUT_DIR
     """Run directory; re-running into an existing one computes only the missing points."""
@@ -122,6 +177,8 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
     for prefix, node, schema in (
         ("", cfg, SweepConfig),
         ("executor.", cfg.get("executor"), ExecutorConfig),
+        ("model.", cfg.get("model"), ModelConfig),
+        ("hardware.", cfg.get("hardware"), HardwareConfig),
     ):
         if not isinstance(node, DictConfig):
             continue

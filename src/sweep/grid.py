@@ -13,6 +13,7 @@ Points are identified across runs by :func:`point_key`, a digest of the trace's 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -24,6 +25,7 @@ import prefixsim
 from prefixsim import ParameterError, PolicyParams
 
 from .config import POLICY_PARAM_KEYS, SweepConfig
+from .costing import cost_setup, grid_sizes
 
 
 class PlanError(prefixsim.PrefixSimError):
@@ -37,6 +39,9 @@ class GridPoint:
     trace: str
     params: PolicyParams
     block_size: int
+    cache_bytes: int | None = None
+    """The cache in bytes (with a model: the ``cache_size`` given, or capacity times the bytes
+    per block); None without a model."""
 
     @property
     def policy(self) -> str:
@@ -45,6 +50,8 @@ class GridPoint:
     def describe(self) -> str:
         """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
         items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
+        if self.cache_bytes is not None:
+            items["cache_bytes"] = self.cache_bytes
         return " ".join(f"{k}={v}" for k, v in items.items())
 
 
@@ -59,6 +66,8 @@ class Point:
     trace_sha256: str
     params: PolicyParams
     block_size: int
+    cache_bytes: int | None = None
+    """See :attr:`GridPoint.cache_bytes`."""
 
     @property
     def policy(self) -> str:
@@ -78,10 +87,22 @@ class Point:
         return " ".join(f"{k}={v}" for k, v in items.items())
 
 
-def point_key(trace_sha256: str, params: PolicyParams, block_size: int) -> str:
+def point_key(
+    trace_sha256: str,
+    params: PolicyParams,
+    block_size: int,
+    cache_bytes: int | None = None,
+    cost_identity: dict[str, Any] | None = None,
+) -> str:
     """Stable identity of a point: a digest of the trace content, the block size and every
-    parameter of the policy (so a changed default is a different point)."""
+    parameter of the policy (so a changed default is a different point); with a model, also
+    the cache's bytes and the cost model's inputs (:meth:`sweep.costing.CostSetup.identity`).
+    Without a model the key is what it always was."""
     doc = {"trace_sha256": trace_sha256, "block_size": block_size, **params.to_dict()}
+    if cache_bytes is not None:
+        doc["cache_bytes"] = cache_bytes
+    if cost_identity:
+        doc.update(cost_identity)
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
@@ -110,20 +131,22 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
     what is allowed and, for an invalid point, how many points are invalid.
     """
-    for key in ("trace", "policy", "capacity", "block_size"):
-        if not getattr(cfg, key):
+    for key in ("trace", "policy", "capacity", "cache_size", "block_size"):
+        if getattr(cfg, key) is not None and not getattr(cfg, key):
             raise PlanError(f"{key}: empty list; the grid needs at least one value")
     traces = _unique(cfg.trace)
     policies = _unique(cfg.policy)
     for name in policies:
         prefixsim.get_policy(name)  # unknown policy: ParameterError naming the known ones
     block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
-    capacities = _unique(cfg.capacity)
+    if cfg.capacity is not None:
+        cfg = dataclasses.replace(cfg, capacity=_unique(cfg.capacity))
+    sizes = grid_sizes(cfg, block_sizes, cost_setup(cfg))
     param_values = {k: _unique(getattr(cfg, k)) for k in POLICY_PARAM_KEYS}
 
     points: list[GridPoint] = []
     errors: list[tuple[dict[str, Any], ParameterError]] = []
-    seen: set[tuple[str, int, PolicyParams]] = set()
+    seen: set[tuple[str, int, PolicyParams, int | None]] = set()
     for trace in traces:
         for policy in policies:
             names = prefixsim.get_policy(policy).params_type.field_names()
@@ -133,19 +156,18 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
                     raise PlanError(f"{key}: empty list; {policy} needs at least one value")
             combos = itertools.product(*(param_values[k] for k in applicable))
             combos_list = [dict(zip(applicable, c, strict=True)) for c in combos]
-            for capacity in capacities:
-                for block_size in block_sizes:
-                    for extra in combos_list:
-                        try:
-                            params = prefixsim.make_params(policy, capacity, **extra)
-                        except ParameterError as err:
-                            errors.append(({"policy": policy, "capacity": capacity, **extra}, err))
-                            continue
-                        marker = (trace, block_size, params)
-                        if marker in seen:
-                            continue
-                        seen.add(marker)
-                        points.append(GridPoint(trace, params, block_size))
+            for capacity, block_size, cache_bytes in sizes:
+                for extra in combos_list:
+                    try:
+                        params = prefixsim.make_params(policy, capacity, **extra)
+                    except ParameterError as err:
+                        errors.append(({"policy": policy, "capacity": capacity, **extra}, err))
+                        continue
+                    marker = (trace, block_size, params, cache_bytes)
+                    if marker in seen:
+                        continue
+                    seen.add(marker)
+                    points.append(GridPoint(trace, params, block_size, cache_bytes))
     if errors:
         where, first = errors[0]
         described = " ".join(f"{k}={v}" for k, v in where.items())
@@ -173,6 +195,7 @@ def assign_points(
     grid: Sequence[GridPoint],
     shas: dict[str, str],
     registry: dict[str, int],
+    cost_identity: dict[str, Any] | None = None,
 ) -> tuple[list[Point], dict[str, int]]:
     """Give every grid point its key and id. ``shas`` maps a trace as typed to its sha256;
     ``registry`` maps the keys already known in the run directory to their ids, which are kept;
@@ -187,12 +210,14 @@ def assign_points(
     seen: set[str] = set()
     for gp in grid:
         sha = shas[gp.trace]
-        key = point_key(sha, gp.params, gp.block_size)
+        key = point_key(sha, gp.params, gp.block_size, gp.cache_bytes, cost_identity)
         if key in seen:
             continue
         seen.add(key)
         if key not in registry:
             registry[key] = next_id
             next_id += 1
-        points.append(Point(registry[key], key, gp.trace, sha, gp.params, gp.block_size))
+        points.append(
+            Point(registry[key], key, gp.trace, sha, gp.params, gp.block_size, gp.cache_bytes)
+        )
     return points, registry

@@ -48,6 +48,7 @@ import prefixsim
 from prefixsim.policies import COMMON_COUNTERS
 
 from .config import POLICY_PARAM_KEYS
+from .costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS
 
 RESULTS_FILE = "results.parquet"
 TRACES_FILE = "traces.parquet"
@@ -97,6 +98,7 @@ RESULT_SCHEMA = pa.schema(
         pa.field("overall_hit_rate", pa.float64(), nullable=False),
         pa.field("final_cache_blocks", pa.int64(), nullable=False),
         *(pa.field(c, pa.int64(), nullable=c not in ALWAYS_COUNTED) for c in COUNTER_COLUMNS),
+        *(pa.field(c, getattr(pa, t)()) for c, t in RESULT_COST_COLUMNS),
         pa.field("replay_seconds", pa.float64(), nullable=False),
         pa.field("point_key", pa.string(), nullable=False),
     ]
@@ -118,9 +120,11 @@ PER_REQUEST_SCHEMA = pa.schema(
         pa.field("request", pa.int32(), nullable=False),
         pa.field("prompt_tokens", pa.int64(), nullable=False),
         pa.field("hit_tokens", pa.int64(), nullable=False),
+        *(pa.field(c, pa.float64()) for c in PER_REQUEST_COST_COLUMNS),
     ]
 )
-"""Columns of ``per_request.parquet``, in order (sorted by point_id, then request)."""
+"""Columns of ``per_request.parquet``, in order (sorted by point_id, then request); the cost
+columns are null for points without a model (``est_`` ones also without hardware)."""
 
 TRACES_SCHEMA = pa.schema(
     [
@@ -147,8 +151,28 @@ REQUESTS_SCHEMA = pa.schema(
 )
 """Columns of ``requests.parquet`` (``timestamp``: the trace's arrival time, ms)."""
 
-PART_SCHEMA = RESULT_SCHEMA.append(pa.field("hit_tokens", pa.list_(pa.int64())))
-"""A part file: result rows plus each point's per-request hit tokens (null when not saved)."""
+
+def part_list_name(column: str) -> str:
+    """A per-request column's name in a part file (``prefill_flops_saved`` is also a result
+    column there: its per-request list is ``prefill_flops_saved@request``)."""
+    return f"{column}@request"
+
+
+PART_SCHEMA = pa.schema(
+    [
+        *RESULT_SCHEMA,
+        pa.field("hit_tokens", pa.list_(pa.int64())),
+        *(pa.field(part_list_name(c), pa.list_(pa.float64())) for c in PER_REQUEST_COST_COLUMNS),
+    ]
+)
+"""A part file: result rows plus each point's per-request hit tokens (null when not saved) and
+per-request cost columns (null without a model)."""
+
+PART_LIST_COLUMNS: tuple[str, ...] = (
+    "hit_tokens",
+    *(part_list_name(c) for c in PER_REQUEST_COST_COLUMNS),
+)
+"""The per-request (list) columns of a part file."""
 
 
 @functools.cache
@@ -451,9 +475,7 @@ class RunDir:
             for t, rows in zip(tables, rows_by_part, strict=True)
             if rows
         ]
-        new_results = pa.concat_tables(
-            [_conform(t.select(RESULT_SCHEMA.names), RESULT_SCHEMA) for t in chosen]
-        )
+        new_results = pa.concat_tables([_conform(t, RESULT_SCHEMA) for t in chosen])
         old = _read_parquet(self.results) if self.results.exists() else None
         if old is not None:
             old = _conform(old, RESULT_SCHEMA)
@@ -592,16 +614,39 @@ class _Segment:
                 pa.array(np.tile(np.arange(n, dtype=np.int32), k)),
                 pa.array(np.tile(prompt, k)),
                 hits.flatten(),
+                *(
+                    _flat_or_null(self.table, part_list_name(c), n)
+                    for c in PER_REQUEST_COST_COLUMNS
+                ),
             ],
             schema=PER_REQUEST_SCHEMA,
         )
+
+
+def _flat_or_null(table: pa.Table, name: str, n: int) -> pa.Array:
+    """The per-request values of list column ``name`` (``n`` per row), nulls where a row has
+    none (a part written before the column existed, or a point without a model)."""
+    if name not in table.column_names:
+        return pa.nulls(table.num_rows * n, pa.float64())
+    column = table.column(name).combine_chunks()
+    if column.null_count == 0:
+        return column.flatten()
+    if column.null_count == len(column):
+        return pa.nulls(len(column) * n, pa.float64())
+    pieces = [
+        column[i].values if column[i].is_valid else pa.nulls(n, pa.float64())
+        for i in range(len(column))
+    ]
+    return pa.concat_arrays(pieces)
 
 
 def _segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
     """The new points' rows cut into :class:`_Segment` s, sorted by first point id."""
     out: list[_Segment] = []
     for table in tables:
-        table = table.select(["point_id", "trace_sha256", "hit_tokens"])
+        table = table.select(
+            ["point_id", "trace_sha256", *(c for c in PART_LIST_COLUMNS if c in table.column_names)]
+        )
         ids = table.column("point_id").to_numpy()
         if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
             table = table.sort_by("point_id")

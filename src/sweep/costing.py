@@ -1,0 +1,134 @@
+"""The sweep's side of the cost model (:mod:`prefixsim.cost`): the model and hardware of a
+:class:`~sweep.config.SweepConfig` as engine profiles, the grid's cache sizes, and the bytes,
+FLOPs and est_ columns of a point. The formulas live in the engine; this module only declares
+which columns the sweep writes and converts the configuration once, at the edge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from prefixsim import ParameterError
+from prefixsim.cost import capacity_from_size, prefill_cost
+from prefixsim.hardware import HardwareProfile
+from prefixsim.models import ModelProfile
+from prefixsim.units import MAX_BYTES
+
+from .config import DEFAULT_CAPACITIES, SweepConfig
+
+RESULT_COST_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("cache_bytes", "int64"),
+    ("kv_bytes_per_block", "int64"),
+    ("prefill_flops", "float64"),
+    ("prefill_flops_saved", "float64"),
+    ("reused_bytes", "int64"),
+    ("est_prefill_seconds_no_cache", "float64"),
+    ("est_prefill_seconds", "float64"),
+    ("est_ttft_saved_seconds", "float64"),
+    ("est_break_even_bandwidth", "float64"),
+)
+"""Columns of results.parquet from the cost model (null without a model; est_ ones also null
+without hardware), in order."""
+
+PER_REQUEST_COST_COLUMNS: tuple[str, ...] = ("prefill_flops_saved", "est_ttft_saved_seconds")
+"""float64 columns of per_request.parquet from the cost model (null without a model)."""
+
+
+@dataclass(frozen=True)
+class CostSetup:
+    """The model, hardware and cache tier of a sweep, validated by the engine."""
+
+    model: ModelProfile
+    hardware: HardwareProfile | None
+    tier: str
+
+    def identity(self) -> dict[str, Any]:
+        """What the cost columns depend on, for the points' keys (a new model, GPU or tier is a
+        new point)."""
+        # where the numbers come from is not a number: ``source`` is left out
+        model = {k: v for k, v in self.model.to_dict().items() if k != "source"}
+        hardware = None
+        if self.hardware is not None:
+            hardware = {k: v for k, v in self.hardware.to_dict().items() if k != "source"}
+        doc = {
+            "model": model,
+            "hardware": hardware,
+            "cache_tier": self.tier if self.hardware is not None else None,
+        }
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return {"cost": hashlib.sha256(text.encode()).hexdigest()[:20]}
+
+    def point_columns(
+        self, prompt_tokens: np.ndarray, hit_tokens: np.ndarray, block_size: int
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """A point's result columns (totals) and per-request columns."""
+        cost = prefill_cost(
+            self.model, prompt_tokens, hit_tokens, block_size, self.hardware, self.tier
+        )
+        totals: dict[str, Any] = {"kv_bytes_per_block": cost.kv_bytes_per_block}
+        totals.update(cost.totals())
+        per_request = {"prefill_flops_saved": cost.prefill_flops_saved}
+        if cost.est_ttft_saved_seconds is not None:
+            per_request["est_ttft_saved_seconds"] = cost.est_ttft_saved_seconds
+        return totals, per_request
+
+
+def _as_dict(node: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return dataclasses.asdict(node)
+    return dict(node)
+
+
+def cost_setup(cfg: SweepConfig) -> CostSetup | None:
+    """The engine profiles of ``cfg.model`` and ``cfg.hardware`` (None without a model).
+    A value the engine rejects is a :class:`prefixsim.ParameterError` naming the key."""
+    if cfg.model is None:
+        return None
+    model = ModelProfile.from_dict(_as_dict(cfg.model), "model")
+    hardware = None
+    if cfg.hardware is not None:
+        hardware = HardwareProfile.from_dict(_as_dict(cfg.hardware), "hardware")
+        hardware.tier_bandwidth(cfg.cache_tier)  # an unknown tier fails here, naming cache_tier
+    return CostSetup(model, hardware, cfg.cache_tier)
+
+
+def grid_sizes(
+    cfg: SweepConfig, block_sizes: list[int], setup: CostSetup | None
+) -> list[tuple[int, int, int | None]]:
+    """``(capacity, block_size, cache_bytes)`` of the grid, in order (size, then block size):
+    from ``capacity`` (cache_bytes = capacity * bytes per block with a model, else None), from
+    ``cache_size`` (whole blocks, floor), or :data:`DEFAULT_CAPACITIES`."""
+    if cfg.capacity is not None and cfg.cache_size is not None:
+        raise ParameterError(
+            "cache_size",
+            ",".join(str(s) for s in cfg.cache_size),
+            f"give capacity (blocks) or cache_size (bytes), not both (capacity={cfg.capacity}; "
+            "capacity=null clears one set by an experiment)",
+        )
+    out: list[tuple[int, int, int | None]] = []
+    if cfg.cache_size is not None:
+        if setup is None:
+            raise ParameterError(
+                "cache_size", ",".join(cfg.cache_size), "needs a model (model=NAME)"
+            )
+        for size in dict.fromkeys(cfg.cache_size):
+            for block_size in block_sizes:
+                blocks, size_bytes = capacity_from_size(size, setup.model, block_size)
+                out.append((blocks, block_size, size_bytes))
+        return out
+    capacities = list(DEFAULT_CAPACITIES) if cfg.capacity is None else cfg.capacity
+    for capacity in capacities:
+        for block_size in block_sizes:
+            cache_bytes: int | None = None
+            if setup is not None and isinstance(capacity, int) and capacity >= 1:
+                cache_bytes = capacity * setup.model.kv_bytes_per_block(block_size)
+                if cache_bytes > MAX_BYTES:
+                    raise ParameterError("capacity", capacity, f"{cache_bytes} bytes: past int64")
+            out.append((capacity, block_size, cache_bytes))
+    return out
