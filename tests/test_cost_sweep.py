@@ -157,6 +157,12 @@ def test_sweep_columns_match_an_independent_derivation(tmp_path: Path, small_tra
     trace = prefixsim.load_trace(str(small_trace))
     assert sorted(res.capacity.unique()) == [16, 64]
     for row in res.itertuples():
+        assert (row.model, row.kv_dtype, row.hardware, row.cache_tier) == (
+            "llama-3.1-8b",
+            "bf16",
+            "a100",
+            "dram_pcie",
+        )
         assert row.kv_bytes_per_block == 64 * 2**20
         assert row.cache_bytes == row.capacity * 64 * 2**20  # 1 GiB and 4 GiB exactly
         replayed = prefixsim.replay(trace, row.policy, int(row.capacity))

@@ -23,6 +23,10 @@ from prefixsim.units import MAX_BYTES
 from .config import DEFAULT_CAPACITIES, SweepConfig
 
 RESULT_COST_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("model", "string"),
+    ("kv_dtype", "string"),
+    ("hardware", "string"),
+    ("cache_tier", "string"),
     ("cache_bytes", "int64"),
     ("kv_bytes_per_block", "int64"),
     ("prefill_flops", "float64"),
@@ -33,8 +37,8 @@ RESULT_COST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("est_ttft_saved_seconds", "float64"),
     ("est_break_even_bandwidth", "float64"),
 )
-"""Columns of results.parquet from the cost model (null without a model; est_ ones also null
-without hardware), in order."""
+"""Columns of results.parquet from the cost model (null without a model; est_ ones, hardware
+and cache_tier also null without hardware), in order, with their Arrow type names."""
 
 PER_REQUEST_COST_COLUMNS: tuple[str, ...] = ("prefill_flops_saved", "est_ttft_saved_seconds")
 """float64 columns of per_request.parquet from the cost model (null without a model)."""
@@ -71,7 +75,13 @@ class CostSetup:
         cost = prefill_cost(
             self.model, prompt_tokens, hit_tokens, block_size, self.hardware, self.tier
         )
-        totals: dict[str, Any] = {"kv_bytes_per_block": cost.kv_bytes_per_block}
+        totals: dict[str, Any] = {
+            "model": self.model.name,
+            "kv_dtype": self.model.kv_dtype,
+            "hardware": None if self.hardware is None else self.hardware.name,
+            "cache_tier": None if self.hardware is None else self.tier,
+            "kv_bytes_per_block": cost.kv_bytes_per_block,
+        }
         totals.update(cost.totals())
         per_request = {"prefill_flops_saved": cost.prefill_flops_saved}
         if cost.est_ttft_saved_seconds is not None:

@@ -1,0 +1,88 @@
+"""The cost model's figures, drawn from results written by a real sweep with a model."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import prefixsim
+from prefixsim.hardware import load_hardware
+from prefixsim.models import load_model
+from sweep import ExecutorConfig, SweepConfig, run_sweep
+from sweep.config import HardwareConfig, ModelConfig
+from sweep.figures.cost import (
+    SkipCostFigure,
+    draw_cost_figures,
+    fig_hit_rate_vs_cache_size,
+    fig_prefill_saved_vs_cache_size,
+)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = prefixsim.trace.bundled_trace_path("conversation")
+    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:600]
+    base = tmp_path_factory.mktemp("cost_figures")
+    trace = base / "small.jsonl"
+    trace.write_text("".join(lines))
+    cfg = SweepConfig(
+        trace=[str(trace)],
+        policy=["S3FIFO", "LRU"],
+        cache_size=["1GiB", "2GiB", "4GiB"],
+        model=ModelConfig(**load_model("llama-3.1-8b").to_dict()),
+        hardware=HardwareConfig(**load_hardware("h100").to_dict()),
+        cache_tier="nvme",
+        out_dir=str(base / "run"),
+        progress=False,
+        plot=False,
+        executor=ExecutorConfig(n_jobs=1),
+    )
+    assert run_sweep(cfg).exit_code == 0
+    return base / "run"
+
+
+def test_axes_in_bytes_and_est_labels(run_dir: Path) -> None:
+    results = pd.read_parquet(run_dir / "results.parquet")
+    traces = pd.read_parquet(run_dir / "traces.parquet")
+    fig = fig_hit_rate_vs_cache_size(results, traces)
+    ax = fig.axes[0]
+    fig.canvas.draw()  # tick labels are formatted on draw
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1 GiB", "2 GiB", "4 GiB"]
+    assert "GiB" in ax.get_xlabel()
+    assert {line.get_label() for line in ax.get_lines()} >= {"S3FIFO", "LRU", "infinite cache"}
+    # the plotted hit rates are the results' own
+    lru = results[results.policy == "LRU"].sort_values("cache_bytes")
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "LRU")
+    assert list(line.get_ydata()) == lru.overall_hit_rate.tolist()
+
+    fig = fig_prefill_saved_vs_cache_size(results)
+    flops_ax, est_ax = fig.axes[:2]
+    assert "FLOPs saved" in flops_ax.get_ylabel()
+    assert est_ax.get_ylabel().startswith("est.")
+    assert "h100" in est_ax.get_title() and "nvme" in est_ax.get_title()
+    line = next(ln for ln in flops_ax.get_lines() if ln.get_label() == "LRU")
+    expected = (100 * lru.prefill_flops_saved / lru.prefill_flops).tolist()
+    assert list(line.get_ydata()) == pytest.approx(expected)
+
+
+def test_draw_cost_figures(run_dir: Path, tmp_path: Path) -> None:
+    results = pd.read_parquet(run_dir / "results.parquet")
+    written, skipped = draw_cost_figures(results, tmp_path / "figs", formats=("png",))
+    assert skipped == {}
+    assert sorted(p.name for p in written) == [
+        "hit_rate_vs_cache_size.png",
+        "prefill_saved_vs_cache_size.png",
+    ]
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_skipped_without_a_model(run_dir: Path, tmp_path: Path) -> None:
+    results = pd.read_parquet(run_dir / "results.parquet")
+    no_model = results.assign(model=None)
+    with pytest.raises(SkipCostFigure, match="no model"):
+        fig_hit_rate_vs_cache_size(no_model)
+    written, skipped = draw_cost_figures(results.head(1), tmp_path, formats=("png",))
+    assert written == [] and set(skipped.values()) == {"one cache size in the run"}
