@@ -272,3 +272,13 @@ def test_cli_errors(tmp_path: Path, args: list[str], message: str) -> None:
     assert proc.returncode == 2
     assert message in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
+
+
+def test_help_lists_every_bundled_profile(tmp_path: Path) -> None:
+    from prefixsim import hardware_names, model_names
+
+    proc = sweep_cli(tmp_path, "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for name in [*model_names(), *hardware_names()]:
+        assert f" {name}," in text or f" {name} " in text, name
