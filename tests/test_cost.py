@@ -189,4 +189,11 @@ def test_vectorised_matches_reference(
         prefill_flops_reference(model, int(a)) - prefill_flops_reference(model, int(a), int(b))
         for a, b in zip(n, h, strict=True)
     )
-    assert math.isclose(totals["prefill_flops_saved"] or 0.0, exact_saved, rel_tol=1e-12)
+    # totals come from exact integer sums, rounded once
+    assert totals["prefill_flops_saved"] == float(exact_saved)
+    exact_full = sum(prefill_flops_reference(model, int(a)) for a in n)
+    assert totals["prefill_flops"] == float(exact_full)
+    for col in columns[2:]:
+        per_request_sum = math.fsum(getattr(cost, col).tolist())
+        scale = totals["est_prefill_seconds_no_cache"] or 0.0
+        assert math.isclose(totals[col] or 0.0, per_request_sum, rel_tol=1e-9, abs_tol=1e-9 * scale)

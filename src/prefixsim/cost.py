@@ -30,9 +30,10 @@ block of a prompt is the cheapest to recompute, so a tier faster than its break-
 wins on every block.
 
 Exactness: FLOPs per request are exact Python ints in :func:`prefill_flops_reference` and
-float64 (relative error below 1e-15) in the vectorised :func:`prefill_flops`; totals are summed
-with ``math.fsum``. Bytes and block counts are exact ints (int64 per request, checked against
-overflow; totals as Python ints).
+float64 (relative error below 1e-15) in the vectorised :func:`prefill_flops`; totals over
+requests are exact Python ints (sums of ``n``, ``n*(n+1)``, ``h``, ``h*(h+1)`` in integers),
+rounded once to float64. Bytes and block counts are exact ints (int64 per request, checked
+against overflow; totals as Python ints).
 
 Public names (stable): :func:`prefill_flops`, :func:`prefill_flops_reference`,
 :func:`reused_blocks`, :class:`PrefillCost`, :func:`prefill_cost`, :func:`prefill_cost_reference`,
@@ -185,35 +186,55 @@ class PrefillCost:
     reused_bytes: np.ndarray
     """int64: ``ceil(h / block_size) * kv_bytes_per_block``."""
     kv_bytes_per_block: int
+    total_flops: int
+    """Exact sum of ``flops(n, 0)`` over requests (a Python int: it can pass int64)."""
+    total_flops_saved: int
+    """Exact sum of ``flops(n, 0) - flops(n, h)`` over requests."""
+    total_reused_bytes: int
+    """Exact sum of :attr:`reused_bytes`."""
     est_prefill_seconds_no_cache: np.ndarray | None = None
     est_prefill_seconds: np.ndarray | None = None
     """Compute of the uncached part plus transfer of the reused blocks."""
     est_ttft_saved_seconds: np.ndarray | None = None
     est_break_even_bandwidth: float | None = None
     """Bytes/s below which loading a prompt's first block costs more than recomputing it."""
+    effective_flops: float | None = None
+    bandwidth: float | None = None
 
     def totals(self) -> dict[str, float | int | None]:
-        """Sums over requests (FLOPs and seconds with ``math.fsum``; bytes exact)."""
-
-        def fsum(a: np.ndarray | None) -> float | None:
-            return None if a is None else math.fsum(a.tolist())
-
-        return {
-            "prefill_flops": fsum(self.prefill_flops),
-            "prefill_flops_saved": fsum(self.prefill_flops_saved),
-            "reused_bytes": _exact_sum(self.reused_bytes),
-            "est_prefill_seconds_no_cache": fsum(self.est_prefill_seconds_no_cache),
-            "est_prefill_seconds": fsum(self.est_prefill_seconds),
-            "est_ttft_saved_seconds": fsum(self.est_ttft_saved_seconds),
+        """Sums over requests: FLOPs from the exact integer totals (one rounding to float64),
+        bytes exact, and the est_ seconds from the same exact totals (the estimates are linear
+        in FLOPs and bytes, so their sums need no float summation)."""
+        out: dict[str, float | int | None] = {
+            "prefill_flops": float(self.total_flops),
+            "prefill_flops_saved": float(self.total_flops_saved),
+            "reused_bytes": self.total_reused_bytes,
+            "est_prefill_seconds_no_cache": None,
+            "est_prefill_seconds": None,
+            "est_ttft_saved_seconds": None,
             "est_break_even_bandwidth": self.est_break_even_bandwidth,
         }
+        if self.effective_flops is not None and self.bandwidth is not None:
+            transfer = self.total_reused_bytes / self.bandwidth
+            done = self.total_flops - self.total_flops_saved
+            out["est_prefill_seconds_no_cache"] = self.total_flops / self.effective_flops
+            out["est_prefill_seconds"] = done / self.effective_flops + transfer
+            out["est_ttft_saved_seconds"] = self.total_flops_saved / self.effective_flops - transfer
+        return out
 
 
-def _exact_sum(a: np.ndarray) -> int:
-    """Exact sum of an int64 array (Python ints: no wrap-around), refused past int64."""
-    total = sum(int(x) for x in a.tolist())
-    if total > INT64_MAX:
-        raise ParameterError("reused_bytes", total, "total past int64; use a smaller trace")
+def _exact_sum(a: np.ndarray, name: str, limit: int | None = INT64_MAX) -> int:
+    """Exact sum of an int64 array (no wrap-around: Python ints when it could overflow);
+    past ``limit`` it is a :class:`ParameterError` naming ``name``."""
+    if not len(a):
+        return 0
+    low, high = int(a.min()), int(a.max())
+    if max(high, -low) <= INT64_MAX // len(a):
+        total = int(a.sum())  # cannot wrap: every partial sum is within len(a) * max|a|
+    else:
+        total = sum(int(x) for x in a.tolist())
+    if limit is not None and total > limit:
+        raise ParameterError(name, total, "total past int64; use a smaller trace")
     return total
 
 
@@ -236,21 +257,37 @@ def prefill_cost(
     if len(blocks) and int(blocks.max()) > INT64_MAX // per_block:
         raise ParameterError("reused_bytes", int(blocks.max()) * per_block, "past int64")
     reused = blocks * np.int64(per_block)
+    # exact totals: flops(n, 0) - flops(n, h) = 2 P h + c (h (h + 1)), summed in integers
+    coeff = _attention_coefficient(model)
+    total_full = 2 * model.active_params * _exact_sum(n, "prompt_tokens", None) + coeff * (
+        _exact_sum(n * (n + 1), "prompt_tokens", None)
+    )
+    total_saved = 2 * model.active_params * _exact_sum(h, "hit_tokens", None) + coeff * (
+        _exact_sum(h * (h + 1), "hit_tokens", None)
+    )
+    common = {
+        "prefill_flops": full,
+        "prefill_flops_saved": full - done,
+        "reused_bytes": reused,
+        "kv_bytes_per_block": per_block,
+        "total_flops": total_full,
+        "total_flops_saved": total_saved,
+        "total_reused_bytes": _exact_sum(reused, "reused_bytes"),
+    }
     if hardware is None:
-        return PrefillCost(full, full - done, reused, per_block)
+        return PrefillCost(**common)
     eff = hardware.effective_flops
     bandwidth = hardware.tier_bandwidth(tier)
     no_cache = full / eff
     with_cache = done / eff + reused.astype(np.float64) / bandwidth
     return PrefillCost(
-        full,
-        full - done,
-        reused,
-        per_block,
+        **common,
         est_prefill_seconds_no_cache=no_cache,
         est_prefill_seconds=with_cache,
         est_ttft_saved_seconds=no_cache - with_cache,
         est_break_even_bandwidth=break_even_bandwidth(model, hardware, block_size),
+        effective_flops=eff,
+        bandwidth=bandwidth,
     )
 
 
