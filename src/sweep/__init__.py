@@ -22,6 +22,8 @@ _EXPORTS = {
     "GRID_KEYS": "config",
     "Backend": "config",
     "ExecutorConfig": "config",
+    "HardwareConfig": "config",
+    "ModelConfig": "config",
     "SweepConfig": "config",
     "PlanError": "grid",
     "PER_REQUEST_SCHEMA": "store",
