@@ -265,6 +265,8 @@ def test_the_issue_command(tmp_path: Path) -> None:
         (["model=llama-3.1-70b", "cache_size=1TiB", "capacity=1024"], "not both"),
         (["cache_size=1TiB"], "needs a model"),
         (["model=llama-3.1-70b", "model.kv_heads=0"], "invalid model.kv_heads=0"),
+        (["model=llama-4"], "invalid model='llama-4': unknown model (known: deepseek-v3,"),
+        (["model=llama-3.1-8b", "hardware=h1000"], "unknown hardware (known: a100, b200,"),
     ],
 )
 def test_cli_errors(tmp_path: Path, args: list[str], message: str) -> None:
@@ -282,3 +284,39 @@ def test_help_lists_every_bundled_profile(tmp_path: Path) -> None:
     text = " ".join(proc.stdout.split())
     for name in [*model_names(), *hardware_names()]:
         assert f" {name}," in text or f" {name} " in text, name
+
+
+def test_a_user_profile_in_a_config_dir(tmp_path: Path, small_trace: Path) -> None:
+    # a user adds a model by writing a YAML file in a model/ folder of a --config-dir
+    (tmp_path / "mine" / "model").mkdir(parents=True)
+    (tmp_path / "mine" / "model" / "tiny.yaml").write_text(
+        "name: tiny\nlayers: 2\nattention_heads: 4\nkv_heads: 2\nhead_dim: 8\n"
+        "hidden_size: 32\ntotal_params: 1000\nactive_params: 1000\n"
+    )
+    out = tmp_path / "run"
+    proc = sweep_cli(
+        tmp_path,
+        "--config-dir",
+        str(tmp_path / "mine"),
+        "model=tiny",
+        f"trace={small_trace}",
+        "policy=LRU",
+        "cache_size=4KiB",  # 2 * 2 * 2 * 8 * 2 bytes * 512 tokens = 65,536 bytes a block: too small
+        f"out_dir={out}",
+        "plot=false",
+    )
+    assert proc.returncode == 2 and "smaller than one block of tiny" in proc.stderr
+    proc = sweep_cli(
+        tmp_path,
+        "--config-dir",
+        str(tmp_path / "mine"),
+        "model=tiny",
+        f"trace={small_trace}",
+        "policy=LRU",
+        "cache_size=1MiB",  # 1,048,576 / 65,536 = 16 blocks
+        f"out_dir={out}",
+        "plot=false",
+    )
+    assert proc.returncode == 0, proc.stderr
+    res = pd.read_parquet(out / "results.parquet")
+    assert res.capacity.tolist() == [16] and res.model.tolist() == ["tiny"]

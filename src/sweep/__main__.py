@@ -54,6 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for note in rewrite.notes:
         print(f"sweep: {note}", file=sys.stderr)
+    from prefixsim import PrefixSimError
+
+    from .costing import check_profile_overrides
+
+    try:
+        check_profile_overrides(rewrite.argv, CONF_DIR)  # model=NAME: one line, exit 2
+    except PrefixSimError as err:
+        _error(str(err))
+        return 2
     if not CONF_DIR.is_dir():
         _error(
             f"configuration directory {CONF_DIR} not found: install the project from its "

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ import numpy as np
 from prefixsim import ParameterError
 from prefixsim.cost import capacity_from_size, prefill_cost
 from prefixsim.hardware import HardwareProfile
-from prefixsim.models import ModelProfile
+from prefixsim.models import ModelProfile, profile_dir
 from prefixsim.units import MAX_BYTES
 
 from .config import DEFAULT_CAPACITIES, SweepConfig
@@ -142,3 +144,31 @@ def grid_sizes(
                     raise ParameterError("capacity", capacity, f"{cache_bytes} bytes: past int64")
             out.append((capacity, block_size, cache_bytes))
     return out
+
+
+def check_profile_overrides(argv: Sequence[str], conf_dir: Path) -> None:
+    """``model=NAME`` or ``hardware=NAME`` on the command line that names no profile: a
+    :class:`ParameterError` listing the known ones (one line, exit status 2), before Hydra's
+    own, longer message. Profiles are searched where Hydra searches them: the bundled ones,
+    ``conf_dir/KIND/`` and every ``--config-dir``. With ``--config-path`` or a
+    ``hydra.searchpath`` override the check is left to Hydra."""
+    dirs = [conf_dir]
+    args = list(argv)
+    for i, token in enumerate(args):
+        if token in ("--config-dir", "-cd") and i + 1 < len(args):
+            dirs.append(Path(args[i + 1]))
+        elif token.startswith("--config-dir="):
+            dirs.append(Path(token.partition("=")[2]))
+        elif token in ("--config-path", "-cp") or token.startswith(
+            ("--config-path=", "hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")
+        ):
+            return
+    for token in args:
+        key, sep, value = token.partition("=")
+        if not sep or key not in ("model", "hardware") or value in ("", "null"):
+            continue
+        known = {p.stem for p in profile_dir(key).glob("*.yaml")}
+        for d in dirs:
+            known.update(p.stem for p in (d / key).glob("*.yaml"))
+        if value not in known:
+            raise ParameterError(key, value, f"unknown {key} (known: {', '.join(sorted(known))})")

@@ -126,7 +126,9 @@ def _check_block_size(value: int) -> int:
 
 def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     """The grid's points in order (trace, policy, capacity, block_size, then the policy's
-    parameters), deduplicated, each validated by the engine.
+    parameters), deduplicated, each validated by the engine. The capacities are ``capacity``,
+    or with a model those of ``cache_size`` at each block size (:func:`sweep.costing.grid_sizes`:
+    both given is an error), or the defaults.
 
     Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
     what is allowed and, for an invalid point, how many points are invalid.
