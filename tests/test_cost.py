@@ -153,7 +153,7 @@ def requests(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     return n, h
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     model=models(),
     reqs=requests(),
