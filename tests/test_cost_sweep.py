@@ -323,3 +323,15 @@ def test_a_user_profile_in_a_config_dir(tmp_path: Path, small_trace: Path) -> No
     assert proc.returncode == 0, proc.stderr
     res = pd.read_parquet(out / "results.parquet")
     assert res.capacity.tolist() == [16] and res.model.tolist() == ["tiny"]
+
+
+def test_capacity_null_clears_an_experiments_capacities() -> None:
+    from sweep.argv import rewrite_override
+    from test_sweep import compose
+
+    assert rewrite_override("capacity=null") == "capacity=null"
+    cfg = compose(
+        "+experiment=capacity_curve", "capacity=null", "model=llama-3.1-8b", "cache_size=1GiB"
+    )
+    assert cfg.capacity is None and cfg.cache_size == ["1GiB"]
+    assert {p.params.capacity for p in plan_grid(cfg)} == {16}  # 1 GiB / 64 MiB
