@@ -108,3 +108,50 @@ def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s,
         service[r] = p + float(out_len[r]) * decode_s
         free[i] = start + service[r]
     return delay, prefill, service
+
+
+@njit(cache=True)
+def split_subtraces(block_ids, offsets, instance, n_instances, n_blocks):
+    """Each instance's sub-trace, for the single-cache kernels: its requests (``rows``, in
+    trace order), their blocks renumbered ``0 .. n_local-1`` in order of first appearance in
+    the sub-trace (a bijection, so no hit changes; and each kernel allocates state for the
+    sub-trace's blocks only, not the whole trace's), and their offsets. Instance ``i`` owns
+    ``rows[req_start[i]:req_start[i+1]]``, ``blocks[acc_start[i]:acc_start[i+1]]`` and
+    ``offsets[req_start[i]+i : req_start[i+1]+i+1]``."""
+    n_requests = instance.shape[0]
+    req_start = np.zeros(n_instances + 1, np.int64)
+    acc_start = np.zeros(n_instances + 1, np.int64)
+    for r in range(n_requests):
+        req_start[instance[r] + 1] += 1
+        acc_start[instance[r] + 1] += offsets[r + 1] - offsets[r]
+    for i in range(n_instances):
+        req_start[i + 1] += req_start[i]
+        acc_start[i + 1] += acc_start[i]
+    rows = np.empty(n_requests, np.int64)
+    fill = req_start[:-1].copy()
+    for r in range(n_requests):
+        rows[fill[instance[r]]] = r
+        fill[instance[r]] += 1
+    blocks = np.empty(block_ids.shape[0], np.int32)
+    sub_offsets = np.empty(n_requests + n_instances, np.int64)
+    n_local = np.zeros(n_instances, np.int64)
+    local = np.empty(n_blocks, np.int32)
+    owner = np.full(n_blocks, -1, np.int32)  # local[b] is valid iff owner[b] == i
+    for i in range(n_instances):
+        pos = acc_start[i]
+        base = pos
+        count = 0
+        sub_offsets[req_start[i] + i] = 0
+        for j in range(req_start[i], req_start[i + 1]):
+            r = rows[j]
+            for k in range(offsets[r], offsets[r + 1]):
+                b = block_ids[k]
+                if owner[b] != i:
+                    owner[b] = i
+                    local[b] = count
+                    count += 1
+                blocks[pos] = local[b]
+                pos += 1
+            sub_offsets[j + i + 1] = pos - base
+        n_local[i] = count
+    return rows, blocks, sub_offsets, req_start, acc_start, n_local

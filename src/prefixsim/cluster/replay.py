@@ -28,7 +28,7 @@ from ..policies.base import ReferencePolicy, check_int
 from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, make_params
 from ..trace import Trace, load_trace
 from .kernel import CLUSTER_KERNELS
-from .load import LoadModel, fcfs_kernel
+from .load import LoadModel, fcfs_kernel, split_subtraces
 from .reference import RawCluster, reference_cluster
 from .routers import RouterParams, get_router, make_router
 
@@ -255,9 +255,10 @@ def replay_cluster_params(
         engine = "reference"
         raw = reference_cluster(trace, params, block_size, instances, router, load)
     seconds = time.perf_counter() - start
-    accesses = np.diff(trace.offsets)
-    per_instance_accesses = np.zeros(instances, np.int64)
-    np.add.at(per_instance_accesses, raw.instance, accesses)
+    # Exact: float64 sums of integers below 2**53 (there are fewer accesses than that).
+    per_instance_accesses = np.bincount(
+        raw.instance, weights=np.diff(trace.offsets), minlength=instances
+    ).astype(np.int64)
     counters = [
         {"block_accesses": int(per_instance_accesses[i]), **raw.counters[i]}
         for i in range(instances)
@@ -302,21 +303,20 @@ def _static_cluster(
     hits = np.zeros(trace.n_requests, np.int64)
     finals: list[int] = []
     counters: list[dict[str, int]] = []
-    lengths = np.diff(trace.offsets)
+    rows_all, blocks_all, offsets_all, req_start, acc_start, n_local = split_subtraces(
+        trace.block_ids, trace.offsets, instance, instances, trace.n_blocks
+    )
     for i in range(instances):
-        rows = np.flatnonzero(instance == i)
-        sub_lengths = lengths[rows]
-        sub_offsets = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum(sub_lengths, out=sub_offsets[1:])
-        # The blocks of the chosen requests, in trace order (a flat gather of their ranges).
-        starts = np.repeat(trace.offsets[:-1][rows] - sub_offsets[:-1], sub_lengths)
-        sub_blocks = trace.block_ids[starts + np.arange(sub_offsets[-1])]
+        rows = rows_all[req_start[i] : req_start[i + 1]]
+        # offsets_all holds each instance's offsets (n_i + 1 of them) one after the other.
+        sub_offsets = offsets_all[req_start[i] + i : req_start[i + 1] + i + 1]
+        sub_blocks = blocks_all[acc_start[i] : acc_start[i + 1]]
         cnt = np.zeros(len(spec.counter_names), np.int64)
         sub_hits, final = spec.kernel(
             sub_blocks,
             sub_offsets,
             trace.input_lengths[rows],
-            trace.n_blocks,
+            int(n_local[i]),
             block_size,
             cnt,
             *spec.kernel_args(params),
