@@ -91,6 +91,8 @@ def make_results(
             rows.append(row)
     df = pd.DataFrame(rows)
     for f in RESULT_SCHEMA:
+        if f.name not in df.columns:  # columns of other kinds of points (clusters): null
+            df[f.name] = None
         if f.nullable and pa.types.is_integer(f.type):
             df[f.name] = df[f.name].astype("Int64")
     df["small_ratio"] = df["small_ratio"].astype("float64")

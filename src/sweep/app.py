@@ -24,6 +24,7 @@ import prefixsim
 from prefixsim import ParameterError, Trace
 
 from . import manifest as env
+from .cluster import RESULT_FIELDS as CLUSTER_FIELDS
 from .config import POLICY_PARAM_KEYS, Backend, ExecutorConfig, SweepConfig
 from .grid import Point, assign_points, plan_grid, unused_parameters
 from .run import (
@@ -147,6 +148,8 @@ def _part_table(points: dict[int, Point], outcomes: Sequence[Outcome]) -> pa.Tab
         cols[c] = [(o.counters or {}).get(c) for o in outcomes]
     cols["replay_seconds"] = [o.seconds for o in outcomes]
     cols["point_key"] = [p.key for p in pts]
+    for f in CLUSTER_FIELDS:  # cluster points (issue 14); null for single-cache points
+        cols[f.name] = [None if o.cluster is None else o.cluster[f.name] for o in outcomes]
     arrays = [pa.array(cols[f.name], f.type) for f in PART_SCHEMA if f.name != "hit_tokens"]
     hits = [o.hit_tokens for o in outcomes if o.hit_tokens is not None]
     list_type = PART_SCHEMA.field("hit_tokens").type

@@ -27,6 +27,12 @@ GRID_KEYS: tuple[str, ...] = (
 )
 """Keys that take a list of values; the grid is their Cartesian product (deduplicated)."""
 
+# --- cluster points (issue 14; see sweep.cluster) ---
+ROUTER_PARAM_KEYS: tuple[str, ...] = ("overlap_weight", "seed", "vnodes", "key_blocks")
+"""Grid keys that are router parameters: a router without one is not multiplied by it."""
+CLUSTER_GRID_KEYS: tuple[str, ...] = ("instances", "router", *ROUTER_PARAM_KEYS)
+GRID_KEYS += CLUSTER_GRID_KEYS
+
 POLICY_PARAM_KEYS: tuple[str, ...] = ("small_ratio", "max_freq", "ghost_freq")
 """Grid keys that are policy parameters: a policy without one of them (``PolicyParams``
 ``field_names()``) is not multiplied by its values, and its column is null."""
@@ -91,6 +97,28 @@ class SweepConfig:
     """S3FIFO: saturation value of the per-block frequency."""
     ghost_freq: list[int] = field(default_factory=lambda: [0])
     """S3FIFO: frequency of a block re-admitted from the ghost queue."""
+    # --- cluster points (issue 14; see sweep.cluster) ---
+    instances: list[int] | None = None
+    """Caches behind a router (null, with ``router`` null: single-cache points only)."""
+    router: list[str] | None = None
+    """Routers (``prefixsim.cluster.router_names()``); null with ``instances``: round_robin."""
+    overlap_weight: list[float] = field(default_factory=lambda: [1.0])
+    """kv_aware: weight of the prefill time of the uncached tokens against the queued work."""
+    seed: list[int] = field(default_factory=lambda: [0])
+    """random: the seed of its SplitMix64 stream."""
+    vnodes: list[int] = field(default_factory=lambda: [64])
+    """session: points of each instance on the consistent-hashing ring."""
+    key_blocks: list[int] = field(default_factory=lambda: [1])
+    """session: leading blocks hashed into the session key."""
+    decode_seconds_per_token: float = 0.0
+    """Load model: decode time per output token added to a request's service time."""
+    model: Any = None
+    """Load model: a model profile name or YAML path (the bytes issue's ``model`` config group
+    replaces this plain key at merge)."""
+    hardware: Any = "h100"
+    """Load model: a hardware profile name or YAML path (likewise replaced by the group)."""
+    cache_tier: str = "hbm"
+    """Load model: where cached blocks are kept (a bandwidth of ``hardware``)."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     out_dir: str = DEFAULT_OUT_DIR
     """Run directory; re-running into an existing one computes only the missing points."""

@@ -23,6 +23,7 @@ from typing import Any
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
 
+from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
 
 
@@ -37,6 +38,8 @@ class GridPoint:
     trace: str
     params: PolicyParams
     block_size: int
+    cluster: ClusterSpec | None = None
+    """Instances behind a router (``sweep.cluster``); None for a single-cache point."""
 
     @property
     def policy(self) -> str:
@@ -45,6 +48,8 @@ class GridPoint:
     def describe(self) -> str:
         """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
         items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
+        if self.cluster is not None:
+            items.update(self.cluster.describe())
         return " ".join(f"{k}={v}" for k, v in items.items())
 
 
@@ -59,6 +64,8 @@ class Point:
     trace_sha256: str
     params: PolicyParams
     block_size: int
+    cluster: ClusterSpec | None = None
+    """See :attr:`GridPoint.cluster`."""
 
     @property
     def policy(self) -> str:
@@ -75,13 +82,20 @@ class Point:
             "block_size": self.block_size,
             **self.params.to_dict(),
         }
+        if self.cluster is not None:
+            items.update(self.cluster.describe())
         return " ".join(f"{k}={v}" for k, v in items.items())
 
 
-def point_key(trace_sha256: str, params: PolicyParams, block_size: int) -> str:
+def point_key(
+    trace_sha256: str, params: PolicyParams, block_size: int, cluster: ClusterSpec | None = None
+) -> str:
     """Stable identity of a point: a digest of the trace content, the block size and every
-    parameter of the policy (so a changed default is a different point)."""
+    parameter of the policy (so a changed default is a different point), and for a cluster
+    point its instances, router and load model (single-cache keys are unchanged)."""
     doc = {"trace_sha256": trace_sha256, "block_size": block_size, **params.to_dict()}
+    if cluster is not None:
+        doc["cluster"] = cluster.to_dict()
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
@@ -120,10 +134,14 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
     capacities = _unique(cfg.capacity)
     param_values = {k: _unique(getattr(cfg, k)) for k in POLICY_PARAM_KEYS}
+    try:
+        clusters = cluster_specs(cfg)
+    except ParameterError as err:
+        raise PlanError(str(err)) from None
 
     points: list[GridPoint] = []
     errors: list[tuple[dict[str, Any], ParameterError]] = []
-    seen: set[tuple[str, int, PolicyParams]] = set()
+    seen: set[tuple[str, int, PolicyParams, ClusterSpec | None]] = set()
     for trace in traces:
         for policy in policies:
             names = prefixsim.get_policy(policy).params_type.field_names()
@@ -141,11 +159,12 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
                         except ParameterError as err:
                             errors.append(({"policy": policy, "capacity": capacity, **extra}, err))
                             continue
-                        marker = (trace, block_size, params)
-                        if marker in seen:
-                            continue
-                        seen.add(marker)
-                        points.append(GridPoint(trace, params, block_size))
+                        for cluster in clusters:
+                            marker = (trace, block_size, params, cluster)
+                            if marker in seen:
+                                continue
+                            seen.add(marker)
+                            points.append(GridPoint(trace, params, block_size, cluster))
     if errors:
         where, first = errors[0]
         described = " ".join(f"{k}={v}" for k, v in where.items())
@@ -187,12 +206,14 @@ def assign_points(
     seen: set[str] = set()
     for gp in grid:
         sha = shas[gp.trace]
-        key = point_key(sha, gp.params, gp.block_size)
+        key = point_key(sha, gp.params, gp.block_size, gp.cluster)
         if key in seen:
             continue
         seen.add(key)
         if key not in registry:
             registry[key] = next_id
             next_id += 1
-        points.append(Point(registry[key], key, gp.trace, sha, gp.params, gp.block_size))
+        points.append(
+            Point(registry[key], key, gp.trace, sha, gp.params, gp.block_size, gp.cluster)
+        )
     return points, registry
