@@ -82,9 +82,21 @@ def _lines(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
-def _style(label: str, i: int) -> dict[str, Any]:
-    colour, marker = ROUTER_STYLES.get(label.split()[0], (_TAB10[(5 + i) % 10], "x"))
-    return {"color": colour, "marker": marker}
+_VARIANTS: tuple[dict[str, Any], ...] = (
+    {},
+    {"ls": ":", "mfc": "none"},
+    {"ls": "-.", "mfc": "white"},
+    {"ls": (0, (5, 1))},
+)
+
+
+def _style(label: str, labels: Sequence[str]) -> dict[str, Any]:
+    """The router's colour and marker; variants of one router (several parameter values)
+    differ by line style and marker fill, in label order."""
+    router = label.split()[0]
+    colour, marker = ROUTER_STYLES.get(router, (_TAB10[(5 + len(router)) % 10], "x"))
+    same = [x for x in labels if x.split()[0] == router]
+    return {"color": colour, "marker": marker, **_VARIANTS[same.index(label) % len(_VARIANTS)]}
 
 
 def _panels(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -155,11 +167,13 @@ def fig_cluster_hit_rate(results: pd.DataFrame, capacity: int | None = None) -> 
     fig, axes = _figure(len(panels), 2 if with_share else 1)
     for col, ((title, group), single) in enumerate(zip(panels, singles, strict=True)):
         ax = axes[0, col]
-        for i, (label, line) in enumerate(_lines(group).items()):
-            ax.plot(line["instances"], line["overall_hit_rate"], label=label, **_style(label, i))
+        lines = _lines(group)
+        for label, line in lines.items():
+            style = _style(label, list(lines))
+            ax.plot(line["instances"], line["overall_hit_rate"], label=label, **style)
             if with_share and len(single) > 1:
                 share = line.set_index("instances")["overall_hit_rate"] / single
-                axes[1, col].plot(share.index, share.values, **_style(label, i))
+                axes[1, col].plot(share.index, share.values, **style)
         if len(single) > 1:
             ax.plot(single.index, single.values, "k--", lw=0.8, label="one cache of all memory")
         ax.set_title(_title(title, capacity), fontsize=7)
@@ -190,10 +204,12 @@ def fig_cluster_ttft(results: pd.DataFrame, capacity: int | None = None) -> Figu
     fig, axes = _figure(len(panels))
     for col, (title, group) in enumerate(panels):
         ax = axes[0, col]
-        for i, (label, line) in enumerate(_lines(group).items()):
-            style = _style(label, i)
+        lines = _lines(group)
+        for label, line in lines.items():
+            style = {**_style(label, list(lines)), "ls": "-"}  # p50 solid, p99 dashed
             ax.plot(line["instances"], line["est_ttft_p50_seconds"], label=label, **style)
-            ax.plot(line["instances"], line["est_ttft_p99_seconds"], ls="--", mfc="none", **style)
+            style.update(ls="--", mfc="none")
+            ax.plot(line["instances"], line["est_ttft_p99_seconds"], **style)
         ax.set_yscale("log")
         ax.set_title(_title(title, capacity), fontsize=7)
         ax.set_ylabel("est. TTFT (s)")
@@ -216,8 +232,10 @@ def fig_cluster_load_imbalance(results: pd.DataFrame, capacity: int | None = Non
     fig, axes = _figure(len(panels))
     for col, (title, group) in enumerate(panels):
         ax = axes[0, col]
-        for i, (label, line) in enumerate(_lines(group).items()):
-            ax.plot(line["instances"], line["load_imbalance"], label=label, **_style(label, i))
+        lines = _lines(group)
+        for label, line in lines.items():
+            style = _style(label, list(lines))
+            ax.plot(line["instances"], line["load_imbalance"], label=label, **style)
         ax.axhline(1.0, color="k", lw=0.5)
         ax.set_title(_title(title, capacity), fontsize=7)
         ax.set_ylabel("busy time max / mean")
