@@ -31,7 +31,8 @@ def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cfg(**kw: object) -> SweepConfig:
     kw.setdefault("policy", ["S3FIFO"])
     kw.setdefault("capacity", [256])
-    return SweepConfig(progress=False, plot=False, executor=ExecutorConfig(n_jobs=1), **kw)  # type: ignore[arg-type]
+    kw.setdefault("plot", False)
+    return SweepConfig(progress=False, executor=ExecutorConfig(n_jobs=1), **kw)  # type: ignore[arg-type]
 
 
 def test_no_cluster_keys_no_cluster_points() -> None:
@@ -146,3 +147,15 @@ def test_cli_refuses_kv_aware_without_a_model(small_trace: Path, tmp_path: Path)
     assert proc.returncode == 2, proc.stderr
     assert "router='kv_aware'" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_with_cluster_points_draws_the_cluster_figures(
+    small_trace: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    kw = {"instances": [1, 2], "router": ["round_robin"], "save_per_request": False}
+    summary = run_sweep(cfg(trace=[str(small_trace)], out_dir=str(out), plot=True, **kw))
+    assert summary.exit_code == 0
+    # No model: no TTFT or imbalance; the single-cache figures would mix the cluster points.
+    drawn = sorted(p.name for p in (out / "figures").iterdir())
+    assert drawn == ["cluster_hit_rate.pdf", "cluster_hit_rate.png"]
