@@ -185,8 +185,3 @@ def result_columns(result: ClusterResult) -> dict[str, Any]:
             )
         },
     }
-
-
-def warm_up(trace: Trace, params: PolicyParams, block_size: int, spec: ClusterSpec) -> None:
-    """Compile (or load) the kernels a cluster point uses, on a few requests."""
-    run_point(trace, params, block_size, spec)

@@ -85,9 +85,6 @@ class ClusterResult:
         total = self.total_prompt_tokens
         return self.total_hit_tokens / total if total else 0.0
 
-    def _per_instance_sum(self, values: np.ndarray) -> np.ndarray:
-        return np.bincount(self.instance, weights=values, minlength=self.instances)
-
     @property
     def instance_requests(self) -> np.ndarray:
         return np.bincount(self.instance, minlength=self.instances).astype(np.int64)
