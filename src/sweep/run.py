@@ -48,7 +48,7 @@ IN_PROCESS_SECONDS = 0.5
 (starting worker processes would cost more than the replays)."""
 CLUSTER_COST_IN_REPLAYS = 4
 """Upper estimate of a cluster point's cost, in single-cache replays (measured on the bundled
-trace at 16 instances: 1.5 to 4.3 for S3FIFO, ``experiments/bench_cluster.py``)."""
+trace at 16 instances: 1.6 to 4.0 for S3FIFO, ``experiments/bench_cluster.py``)."""
 CURVE_COST_IN_REPLAYS = 8
 """Upper estimate of one LRU curve's cost, in LRU replays (measured: about 4)."""
 
