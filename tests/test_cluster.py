@@ -128,6 +128,14 @@ def test_fcfs_queueing_and_decode() -> None:
     assert res.load_imbalance == 1.0
 
 
+def test_an_idle_instance_has_no_delay_whatever_the_timestamps() -> None:
+    # Timestamps before 0: an instance is idle until given work, so the first request at
+    # t = -5 s waits 0, and the second (t = -4 s, one instance) waits until -5 + 3.2 = -1.8 s.
+    trace = timed(make_trace([(2, [1, 2]), (2, [3, 4])]), [-5000, -4000])
+    res = both(trace, 1, "least_loaded")
+    np.testing.assert_allclose(res.queueing_delay, [0.0, 2.2])
+
+
 def test_load_imbalance_and_per_instance_totals() -> None:
     # round robin over 2: r0 (n=2) to 0, busy 3.2; r1 (n=3) to 1, busy 5.4; r2 (r0's blocks)
     # to 0: hit 2 tokens, busy 3.2 + 2.0 = 5.2. Mean busy (5.2 + 5.4) / 2 = 5.3.

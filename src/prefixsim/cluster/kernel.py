@@ -45,7 +45,7 @@ def lru_cluster_kernel(
     heads = np.full(n_instances, -1, np.int64)
     tails = np.full(n_instances, -1, np.int64)
     sizes = np.zeros(n_instances, np.int64)
-    free = np.zeros(n_instances, np.float64)
+    free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
     n_requests = input_lengths.shape[0]
     instance = np.empty(n_requests, np.int32)
     hit_tokens = np.empty(n_requests, np.int64)
@@ -165,7 +165,7 @@ def s3fifo_cluster_kernel(
     g_heads = np.full(n_instances, -1, np.int64)
     g_tails = np.full(n_instances, -1, np.int64)
     ghost_cap = main_cap
-    free = np.zeros(n_instances, np.float64)
+    free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
     n_requests = input_lengths.shape[0]
     instance = np.empty(n_requests, np.int32)
     hit_tokens = np.empty(n_requests, np.int64)

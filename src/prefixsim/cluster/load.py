@@ -94,7 +94,7 @@ def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s,
     requests served first come first served in trace order on their instance."""
     bs, two_p, coeff, eff, kvb, bw = consts
     n_requests = arrival.shape[0]
-    free = np.zeros(n_instances, np.float64)
+    free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
     delay = np.empty(n_requests, np.float64)
     prefill = np.empty(n_requests, np.float64)
     service = np.empty(n_requests, np.float64)

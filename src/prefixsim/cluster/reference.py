@@ -7,6 +7,7 @@ the single-cache specification, and the load model queues it first come first se
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -83,7 +84,8 @@ def reference_cluster(
     caches = [spec.reference(params) for _ in range(instances)]
     chooser = get_router(router.router).reference(router, instances, trace)
     consts = load.constants(block_size) if load is not None else None
-    free = [0.0] * instances  # when each instance finishes the work it has been given
+    # When each instance finishes the work it has been given (-inf: idle, whatever the time).
+    free = [-math.inf] * instances
     block_ids = trace.block_ids.tolist()
     offsets = trace.offsets.tolist()
     n = trace.n_requests
