@@ -5,6 +5,7 @@
 >>> result.overall_hit_rate  # doctest: +SKIP
 """
 
+from .cluster import ClusterResult, replay_cluster
 from .cost import PrefillCost, capacity_blocks, prefill_cost, prefill_flops
 from .errors import ParameterError, PrefixSimError, TraceError
 from .hardware import HardwareProfile, hardware_names, load_hardware
@@ -18,6 +19,7 @@ from .units import format_size, parse_size
 __all__ = [
     "BUNDLED_TRACES",
     "Ceiling",
+    "ClusterResult",
     "HardwareProfile",
     "LRUCurve",
     "ModelProfile",
@@ -46,6 +48,7 @@ __all__ = [
     "prefill_flops",
     "register",
     "replay",
+    "replay_cluster",
     "replay_params",
 ]
 __version__ = "0.1.0"

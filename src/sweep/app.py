@@ -24,6 +24,7 @@ import prefixsim
 from prefixsim import ParameterError, Trace
 
 from . import manifest as env
+from .cluster import RESULT_FIELDS as CLUSTER_FIELDS
 from .config import POLICY_PARAM_KEYS, Backend, ExecutorConfig, SweepConfig
 from .costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS, CostSetup, cost_setup
 from .grid import Point, assign_points, plan_grid, unused_parameters
@@ -169,6 +170,8 @@ def _part_table(
     cols["cache_bytes"] = [p.cache_bytes for p in pts]
     cols["replay_seconds"] = [o.seconds for o in outcomes]
     cols["point_key"] = [p.key for p in pts]
+    for f in CLUSTER_FIELDS:  # cluster points (issue 14); null for single-cache points
+        cols[f.name] = [None if o.cluster is None else o.cluster[f.name] for o in outcomes]
     arrays = [
         pa.array(cols[f.name], f.type) for f in PART_SCHEMA if f.name not in PART_LIST_COLUMNS
     ]
@@ -554,10 +557,43 @@ def _run_locked(
     return summary
 
 
+def _draw_cluster_figures(run_dir: RunDir) -> bool:
+    """The cluster figures (issue 14) of a run with cluster points; True when it has some.
+    The single-cache figures of ``sweep.plot`` do not tell cluster points apart, so they are
+    not drawn for such a run (until the figures package filters them)."""
+    import pandas as pd
+
+    from .figures.cluster import cluster_rows, draw_cluster_figures
+
+    results = pd.read_parquet(run_dir.results)
+    if cluster_rows(results).empty:
+        return False
+    t = time.perf_counter()
+    try:
+        written, skipped = draw_cluster_figures(results, run_dir.path / "figures")
+    except Exception as err:  # the numbers are written; say what went wrong
+        log.error(
+            "cluster figures failed (%s: %s); the results are complete", type(err).__name__, err
+        )
+        return True
+    for name, why in skipped.items():
+        log.info("skipped %s: %s", name, why)
+    log.info(
+        "figures: %d cluster figure files in %s (%.1f s); the single-cache figures are not "
+        "drawn for a run with cluster points",
+        len(written),
+        run_dir.path / "figures",
+        time.perf_counter() - t,
+    )
+    return True
+
+
 def _draw_figures(run_dir: RunDir) -> None:
     """The run's figures; a plotting problem is logged, never lost results or a failed sweep."""
     from .plot import draw_figures
 
+    if _draw_cluster_figures(run_dir):
+        return
     t = time.perf_counter()
     try:
         report = draw_figures(run_dir.path)

@@ -35,6 +35,12 @@ gives at most one of them (None: not given)."""
 DEFAULT_CAPACITIES: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
 """Capacities (blocks) of a grid that gives neither ``capacity`` nor ``cache_size``."""
 
+# --- cluster points (issue 14; see sweep.cluster) ---
+ROUTER_PARAM_KEYS: tuple[str, ...] = ("overlap_weight", "seed", "vnodes", "key_blocks")
+"""Grid keys that are router parameters: a router without one is not multiplied by it."""
+CLUSTER_GRID_KEYS: tuple[str, ...] = ("instances", "router", *ROUTER_PARAM_KEYS)
+GRID_KEYS += CLUSTER_GRID_KEYS
+
 POLICY_PARAM_KEYS: tuple[str, ...] = ("small_ratio", "max_freq", "ghost_freq")
 """Grid keys that are policy parameters: a policy without one of them (``PolicyParams``
 ``field_names()``) is not multiplied by its values, and its column is null."""
@@ -146,6 +152,21 @@ class SweepConfig:
     cache_tier: str = "hbm"
     """Where the cached blocks are kept, for the est_ transfer time: hbm, dram_pcie, rdma or
     nvme (a bandwidth of ``hardware``)."""
+    # --- cluster points (issue 14; see sweep.cluster) ---
+    instances: list[int] | None = None
+    """Caches behind a router (null, with ``router`` null: single-cache points only)."""
+    router: list[str] | None = None
+    """Routers (``prefixsim.cluster.router_names()``); null with ``instances``: round_robin."""
+    overlap_weight: list[float] = field(default_factory=lambda: [1.0])
+    """kv_aware: weight of the prefill time of the uncached tokens against the queued work."""
+    seed: list[int] = field(default_factory=lambda: [0])
+    """random: the seed of its SplitMix64 stream."""
+    vnodes: list[int] = field(default_factory=lambda: [64])
+    """session: points of each instance on the consistent-hashing ring."""
+    key_blocks: list[int] = field(default_factory=lambda: [1])
+    """session: leading blocks hashed into the session key."""
+    decode_seconds_per_token: float = 0.0
+    """Load model: decode time per output token added to a request's service time."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     out_dir: str = DEFAULT_OUT_DIR
     """Run directory; re-running into an existing one computes only the missing points."""
@@ -155,6 +176,17 @@ class SweepConfig:
     """Show a progress bar on grids that take more than a moment (only on a terminal)."""
     plot: bool = True
     """Draw the run's figures into ``out_dir/figures`` at the end (``python -m sweep.plot``)."""
+
+    def __post_init__(self) -> None:
+        # From Python, a bundled profile's name (or a YAML path) is as good as its config node.
+        if isinstance(self.model, str):
+            from prefixsim.models import load_model
+
+            self.model = ModelConfig(**load_model(self.model).to_dict())
+        if isinstance(self.hardware, str):
+            from prefixsim.hardware import load_hardware
+
+            self.hardware = HardwareConfig(**load_hardware(self.hardware).to_dict())
 
 
 def register_configs() -> None:

@@ -18,8 +18,8 @@ import numpy as np
 
 from prefixsim import ParameterError
 from prefixsim.cost import capacity_from_size, prefill_cost
-from prefixsim.hardware import HardwareProfile
-from prefixsim.models import ModelProfile, profile_dir
+from prefixsim.hardware import HardwareProfile, load_hardware
+from prefixsim.models import ModelProfile, load_model, profile_dir
 from prefixsim.units import MAX_BYTES
 
 from .config import DEFAULT_CAPACITIES, SweepConfig
@@ -91,10 +91,20 @@ class CostSetup:
         return totals, per_request
 
 
-def _as_dict(node: Any) -> dict[str, Any]:
+def as_profile(kind: str, node: Any) -> Any:
+    """The engine profile (:class:`ModelProfile` for ``kind="model"``, else
+    :class:`HardwareProfile`) of a config value: a Hydra config-group node converted to a
+    dataclass, a mapping, a bundled name or YAML path (from Python), a profile, or None."""
+    if node is None or isinstance(node, ModelProfile | HardwareProfile):
+        return node
+    if isinstance(node, str):
+        return load_model(node) if kind == "model" else load_hardware(node)
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        return dataclasses.asdict(node)
-    return dict(node)
+        doc = dataclasses.asdict(node)
+    else:
+        doc = dict(node)
+    cls = ModelProfile if kind == "model" else HardwareProfile
+    return cls.from_dict(doc, kind)
 
 
 def cost_setup(cfg: SweepConfig) -> CostSetup | None:
@@ -102,10 +112,9 @@ def cost_setup(cfg: SweepConfig) -> CostSetup | None:
     A value the engine rejects is a :class:`prefixsim.ParameterError` naming the key."""
     if cfg.model is None:
         return None
-    model = ModelProfile.from_dict(_as_dict(cfg.model), "model")
-    hardware = None
-    if cfg.hardware is not None:
-        hardware = HardwareProfile.from_dict(_as_dict(cfg.hardware), "hardware")
+    model = as_profile("model", cfg.model)
+    hardware = as_profile("hardware", cfg.hardware)
+    if hardware is not None:
         hardware.tier_bandwidth(cfg.cache_tier)  # an unknown tier fails here, naming cache_tier
     return CostSetup(model, hardware, cfg.cache_tier)
 

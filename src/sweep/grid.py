@@ -24,6 +24,7 @@ from typing import Any
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
 
+from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
 from .costing import cost_setup, grid_sizes
 
@@ -42,6 +43,8 @@ class GridPoint:
     cache_bytes: int | None = None
     """The cache in bytes (with a model: the ``cache_size`` given, or capacity times the bytes
     per block); None without a model."""
+    cluster: ClusterSpec | None = None
+    """Instances behind a router (``sweep.cluster``); None for a single-cache point."""
 
     @property
     def policy(self) -> str:
@@ -52,6 +55,8 @@ class GridPoint:
         items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
         if self.cache_bytes is not None:
             items["cache_bytes"] = self.cache_bytes
+        if self.cluster is not None:
+            items.update(self.cluster.describe())
         return " ".join(f"{k}={v}" for k, v in items.items())
 
 
@@ -68,6 +73,8 @@ class Point:
     block_size: int
     cache_bytes: int | None = None
     """See :attr:`GridPoint.cache_bytes`."""
+    cluster: ClusterSpec | None = None
+    """See :attr:`GridPoint.cluster`."""
 
     @property
     def policy(self) -> str:
@@ -84,6 +91,8 @@ class Point:
             "block_size": self.block_size,
             **self.params.to_dict(),
         }
+        if self.cluster is not None:
+            items.update(self.cluster.describe())
         return " ".join(f"{k}={v}" for k, v in items.items())
 
 
@@ -91,18 +100,23 @@ def point_key(
     trace_sha256: str,
     params: PolicyParams,
     block_size: int,
+    *,
     cache_bytes: int | None = None,
     cost_identity: dict[str, Any] | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> str:
     """Stable identity of a point: a digest of the trace content, the block size and every
     parameter of the policy (so a changed default is a different point); with a model, also
-    the cache's bytes and the cost model's inputs (:meth:`sweep.costing.CostSetup.identity`).
-    Without a model the key is what it always was."""
+    the cache's bytes and the cost model's inputs (:meth:`sweep.costing.CostSetup.identity`);
+    for a cluster point its instances, router and load model. Without a model or a cluster the
+    key is what it always was."""
     doc = {"trace_sha256": trace_sha256, "block_size": block_size, **params.to_dict()}
     if cache_bytes is not None:
         doc["cache_bytes"] = cache_bytes
     if cost_identity:
         doc.update(cost_identity)
+    if cluster is not None:
+        doc["cluster"] = cluster.to_dict()
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
@@ -145,10 +159,14 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
         cfg = dataclasses.replace(cfg, capacity=_unique(cfg.capacity))
     sizes = grid_sizes(cfg, block_sizes, cost_setup(cfg))
     param_values = {k: _unique(getattr(cfg, k)) for k in POLICY_PARAM_KEYS}
+    try:
+        clusters = cluster_specs(cfg)
+    except ParameterError as err:
+        raise PlanError(str(err)) from None
 
     points: list[GridPoint] = []
     errors: list[tuple[dict[str, Any], ParameterError]] = []
-    seen: set[tuple[str, int, PolicyParams, int | None]] = set()
+    seen: set[tuple[str, int, PolicyParams, int | None, ClusterSpec | None]] = set()
     for trace in traces:
         for policy in policies:
             names = prefixsim.get_policy(policy).params_type.field_names()
@@ -165,11 +183,12 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
                     except ParameterError as err:
                         errors.append(({"policy": policy, "capacity": capacity, **extra}, err))
                         continue
-                    marker = (trace, block_size, params, cache_bytes)
-                    if marker in seen:
-                        continue
-                    seen.add(marker)
-                    points.append(GridPoint(trace, params, block_size, cache_bytes))
+                    for cluster in clusters:
+                        marker = (trace, block_size, params, cache_bytes, cluster)
+                        if marker in seen:
+                            continue
+                        seen.add(marker)
+                        points.append(GridPoint(trace, params, block_size, cache_bytes, cluster))
     if errors:
         where, first = errors[0]
         described = " ".join(f"{k}={v}" for k, v in where.items())
@@ -212,7 +231,14 @@ def assign_points(
     seen: set[str] = set()
     for gp in grid:
         sha = shas[gp.trace]
-        key = point_key(sha, gp.params, gp.block_size, gp.cache_bytes, cost_identity)
+        key = point_key(
+            sha,
+            gp.params,
+            gp.block_size,
+            cache_bytes=gp.cache_bytes,
+            cost_identity=cost_identity,
+            cluster=gp.cluster,
+        )
         if key in seen:
             continue
         seen.add(key)
@@ -220,6 +246,15 @@ def assign_points(
             registry[key] = next_id
             next_id += 1
         points.append(
-            Point(registry[key], key, gp.trace, sha, gp.params, gp.block_size, gp.cache_bytes)
+            Point(
+                registry[key],
+                key,
+                gp.trace,
+                sha,
+                gp.params,
+                gp.block_size,
+                gp.cache_bytes,
+                gp.cluster,
+            )
         )
     return points, registry

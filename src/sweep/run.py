@@ -31,6 +31,9 @@ import numpy as np
 import prefixsim
 from prefixsim import PolicyParams, Trace
 
+from .cluster import ClusterSpec
+from .cluster import result_columns as cluster_columns
+from .cluster import run_point as run_cluster_point
 from .config import Backend, ExecutorConfig
 from .grid import Point
 
@@ -43,6 +46,9 @@ MIN_TASKS_PER_WORKER = 4
 IN_PROCESS_SECONDS = 0.5
 """Below this much estimated work, an automatic-batch loky/threading sweep runs in this process
 (starting worker processes would cost more than the replays)."""
+CLUSTER_COST_IN_REPLAYS = 4
+"""Upper estimate of a cluster point's cost, in single-cache replays (measured on the bundled
+trace at 16 instances: 1.6 to 4.0 for S3FIFO, ``experiments/bench_cluster.py``)."""
 CURVE_COST_IN_REPLAYS = 8
 """Upper estimate of one LRU curve's cost, in LRU replays (measured: about 4)."""
 
@@ -64,6 +70,8 @@ class Outcome:
     counters: dict[str, int] | None = None
     seconds: float = 0.0
     hit_tokens: np.ndarray | None = None
+    cluster: dict[str, Any] | None = None
+    """A cluster point's columns (``sweep.cluster.RESULT_FIELDS``); None otherwise."""
 
 
 _LOCAL_TRACES: dict[str, Trace] = {}
@@ -121,22 +129,51 @@ def _failure(point_id: int, err: Exception) -> Outcome:
     return Outcome(point_id, error=f"{type(err).__name__}: {err}{location}")
 
 
-def _curve_groups(items: Sequence[tuple[int, PolicyParams, int]]) -> dict[int, list[int]]:
+Item = tuple[int, PolicyParams, int, ClusterSpec | None]
+"""A point as a worker gets it: point_id, policy parameters, block size, cluster (or None)."""
+
+
+def _cluster_outcome(point_id: int, r: Any, per_request: bool) -> Outcome:
+    """A cluster point's outcome (a :class:`prefixsim.cluster.ClusterResult`)."""
+    return Outcome(
+        point_id=point_id,
+        n_requests=r.n_requests,
+        total_prompt_tokens=r.total_prompt_tokens,
+        total_hit_tokens=r.total_hit_tokens,
+        overall_hit_rate=r.overall_hit_rate,
+        final_cache_blocks=int(r.final_cache_blocks.sum()),
+        counters=r.counters,
+        seconds=r.seconds,
+        hit_tokens=r.hit_tokens if per_request else None,
+        cluster=cluster_columns(r),
+    )
+
+
+def _curve_groups(items: Sequence[Item]) -> dict[int, list[int]]:
     """block_size -> indices into ``items`` of the LRU points worth one LRU curve."""
     groups: dict[int, list[int]] = {}
-    for i, (_, params, block_size) in enumerate(items):
-        if params.policy == "LRU":
+    for i, (_, params, block_size, cluster) in enumerate(items):
+        if params.policy == "LRU" and cluster is None:
             groups.setdefault(block_size, []).append(i)
     return {b: idx for b, idx in groups.items() if len(idx) >= CURVE_MIN_POINTS}
 
 
+def _full_item(item: Item | tuple[int, PolicyParams, int]) -> Item:
+    if len(item) == 4:
+        return item
+    point_id, params, block_size = item
+    return (point_id, params, block_size, None)
+
+
 def run_batch(
-    trace: Trace, items: Sequence[tuple[int, PolicyParams, int]], per_request: bool
+    trace: Trace, given: Sequence[Item | tuple[int, PolicyParams, int]], per_request: bool
 ) -> list[Outcome]:
     """Replay a batch of points of one trace (runs in a worker), outcomes in ``items`` order.
     Never raises for a point: a failure is returned with the exception's type, message and
     location."""
     trace = _local_trace(trace)
+    # A (point_id, params, block_size) item is a single-cache point.
+    items = [_full_item(it) for it in given]
     out: dict[int, Outcome] = {}
     for block_size, indices in _curve_groups(items).items():
         try:
@@ -144,12 +181,16 @@ def run_batch(
         except Exception:
             continue  # the points are replayed one by one below, failing one by one if need be
         for i in indices:
-            point_id, params, _ = items[i]
+            point_id, params, _, _ = items[i]
             out[i] = _outcome(point_id, curve.result(params.capacity), per_request)
-    for i, (point_id, params, block_size) in enumerate(items):
+    for i, (point_id, params, block_size, cluster) in enumerate(items):
         if i in out:
             continue
         try:
+            if cluster is not None:
+                result = run_cluster_point(trace, params, block_size, cluster)
+                out[i] = _cluster_outcome(point_id, result, per_request)
+                continue
             out[i] = _outcome(
                 point_id, prefixsim.replay_params(trace, params, block_size), per_request
             )
@@ -166,8 +207,8 @@ class Batch:
     trace_sha256: str
     points: tuple[Point, ...]
 
-    def items(self) -> list[tuple[int, PolicyParams, int]]:
-        return [(p.point_id, p.params, p.block_size) for p in self.points]
+    def items(self) -> list[Item]:
+        return [(p.point_id, p.params, p.block_size, p.cluster) for p in self.points]
 
 
 @dataclass
@@ -198,6 +239,20 @@ def warm_up(traces: dict[str, Trace], points: Sequence[Point]) -> dict[str, floa
             r = prefixsim.replay_params(sample, p.params, p.block_size)
             best = min(best, r.seconds)
         cost[policy] = best / max(1, sample.n_accesses)
+    # Cluster points: their kernels (per policy and kind of router) on a few requests.
+    warmed: set[tuple[str, bool]] = set()
+    for p in points:
+        if p.cluster is None:
+            continue
+        kind = (p.policy, p.cluster.router.router in ("least_loaded", "kv_aware"))
+        if kind not in warmed:
+            warmed.add(kind)
+            run_cluster_point(
+                _head(_local_trace(traces[p.trace_sha256]), 2_000),
+                p.params,
+                p.block_size,
+                p.cluster,
+            )
     return cost
 
 
@@ -242,13 +297,15 @@ def plan_batches(
     batching, the LRU points of one trace and block size form one batch of their own, which a
     worker computes from one LRU curve (see :func:`run_batch`)."""
     estimate = {
-        p.point_id: cost_per_access.get(p.policy, 1e-8) * traces[p.trace_sha256].n_accesses
+        p.point_id: cost_per_access.get(p.policy, 1e-8)
+        * traces[p.trace_sha256].n_accesses
+        * (1 if p.cluster is None else CLUSTER_COST_IN_REPLAYS)
         for p in points
     }
     by_trace: dict[str, list[Point]] = {}
     curves: dict[tuple[str, int], list[Point]] = {}
     for p in sorted(points, key=lambda p: p.point_id):
-        if p.policy == "LRU" and ex.batch_size is None:
+        if p.policy == "LRU" and ex.batch_size is None and p.cluster is None:
             curves.setdefault((p.trace_sha256, p.block_size), []).append(p)
         else:
             by_trace.setdefault(p.trace_sha256, []).append(p)

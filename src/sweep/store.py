@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 import prefixsim
 from prefixsim.policies import COMMON_COUNTERS
 
+from .cluster import RESULT_FIELDS as CLUSTER_FIELDS
 from .config import POLICY_PARAM_KEYS
 from .costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS
 
@@ -101,6 +102,7 @@ RESULT_SCHEMA = pa.schema(
         *(pa.field(c, getattr(pa, t)()) for c, t in RESULT_COST_COLUMNS),
         pa.field("replay_seconds", pa.float64(), nullable=False),
         pa.field("point_key", pa.string(), nullable=False),
+        *CLUSTER_FIELDS,  # cluster points (issue 14); null for single-cache points
     ]
 )
 """Columns of ``results.parquet``, in order."""

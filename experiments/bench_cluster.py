@@ -1,0 +1,82 @@
+"""Cluster replay time against a single-cache replay, in the same run.
+
+For each router and policy, times a cluster point (``--instances``, default 16, at
+``--capacity`` blocks per instance) on the bundled trace beside the single-cache kernel replay
+of the same policy and capacity, alternating the two, and prints the medians and their ratio
+(the issue's target: at most 5x), and the ratio of the best times (less sensitive to a
+loaded machine). Also prints the kernels' first-call time and peak memory.
+
+    python experiments/bench_cluster.py [--instances 16] [--capacity 4096] [--repeat 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+
+from prefixsim import load_trace, make_params, replay_params
+from prefixsim.cluster import LoadModel, make_router, replay_cluster_params, router_names
+
+ROUTER_PARAMS = {"session": {"key_blocks": 2}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default="conversation")
+    ap.add_argument("--instances", type=int, default=16)
+    ap.add_argument("--capacity", type=int, default=4096)
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--policies", default="S3FIFO,LRU")
+    ap.add_argument("--routers", default=",".join(router_names()))
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--hardware", default="h100")
+    args = ap.parse_args()
+
+    trace = load_trace(args.trace)
+    load = LoadModel(args.model, args.hardware)  # type: ignore[arg-type]
+    print(f"trace {trace.name}: {trace.n_requests:,} requests, {trace.n_accesses:,} accesses; "
+          f"{args.instances} instances x {args.capacity} blocks; model {args.model} on "
+          f"{args.hardware}; median of {args.repeat}, cluster and single alternating")  # fmt: skip
+    header = (f"{'router':<14}{'policy':<8}{'hit rate':>9}{'single ms':>11}{'cluster ms':>12}"
+              f"{'ratio':>7}{'best':>7}{'p99 TTFT s':>12}{'imbalance':>11}")  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for policy in args.policies.split(","):
+        params = make_params(policy, args.capacity)
+        for name in args.routers.split(","):
+            router = make_router(name, **ROUTER_PARAMS.get(name, {}))
+
+            def cluster(router=router, params=params):  # type: ignore[no-untyped-def]
+                return replay_cluster_params(
+                    trace, params, 512, args.instances, router, load
+                )  # fmt: skip
+
+            def single(params=params):  # type: ignore[no-untyped-def]
+                return replay_params(trace, params, 512)
+
+            start = time.perf_counter()
+            res = cluster()  # first call: compiles or loads the kernels
+            first = time.perf_counter() - start
+            single()
+            c_times, s_times = [], []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                single()
+                s_times.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                cluster()
+                c_times.append(time.perf_counter() - start)
+            s_ms = statistics.median(s_times) * 1e3
+            c_ms = statistics.median(c_times) * 1e3
+            best = min(c_times) / min(s_times)
+            print(f"{name:<14}{policy:<8}{res.overall_hit_rate:>9.4f}{s_ms:>11.1f}{c_ms:>12.1f}"
+                  f"{c_ms / s_ms:>7.2f}{best:>7.2f}{res.ttft_percentile(99):>12.3f}"
+                  f"{res.load_imbalance:>11.3f}   (first call {first:.2f} s)")  # fmt: skip
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""Cluster kernels for the routers that look at the caches or the load (``least_loaded``,
+``kv_aware``): every instance's policy state in instance-indexed arrays, routing, replay and
+the FCFS load model in one compiled pass.
+
+Per-block state of instance ``i`` lives at flat index ``i * n_blocks + block``; per-instance
+scalars (list heads, queue lengths) are arrays indexed by ``i``, loaded into locals for the
+chosen instance and stored back after its request. The access code of each policy is the one
+of its single-cache kernel (``prefixsim.policies.lru`` / ``s3fifo``) with those offsets; the
+routing code is the definition of ``docs/cluster.md``. Everything is one function per policy
+with scalar locals (numba reference-counts array arguments of helper calls, which made
+helper-per-rule kernels many times slower); the only helper, :func:`prefill_seconds`, takes
+scalars.
+
+Kernel contract::
+
+    kernel(block_ids, offsets, input_lengths, output_lengths, arrival, n_blocks, block_size,
+           n_instances, router_code, overlap_weight, decode_s, consts, cnt, *policy_args)
+        -> (instance int32[n], hit_tokens int64[n], delay, prefill, service float64[n],
+            final_cache_blocks int64[n_instances])
+
+``cnt`` is int64 ``[n_instances, len(counter_names)]``, zeroed, filled in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .load import prefill_seconds
+from .routers import KERNEL_KV_AWARE
+
+
+@njit(cache=True)
+def lru_cluster_kernel(
+    block_ids, offsets, input_lengths, output_lengths, arrival, n_blocks, block_size,
+    n_instances, router_code, overlap_weight, decode_s, consts, cnt, capacity,
+):  # fmt: skip
+    bs, two_p, coeff, eff, kvb, bw = consts
+    total = n_instances * n_blocks
+    resident = np.zeros(total, np.bool_)
+    prev = np.empty(total, np.int32)
+    nxt = np.empty(total, np.int32)
+    heads = np.full(n_instances, -1, np.int64)
+    tails = np.full(n_instances, -1, np.int64)
+    sizes = np.zeros(n_instances, np.int64)
+    free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
+    n_requests = input_lengths.shape[0]
+    instance = np.empty(n_requests, np.int32)
+    hit_tokens = np.empty(n_requests, np.int64)
+    delay = np.empty(n_requests, np.float64)
+    prefill = np.empty(n_requests, np.float64)
+    service = np.empty(n_requests, np.float64)
+    for r in range(n_requests):
+        start = offsets[r]
+        end = offsets[r + 1]
+        n = input_lengths[r]
+        t = arrival[r]
+        # Route: the lowest cost, ties to the lowest index (strict <).
+        best = -1
+        best_cost = 0.0
+        best_hit = 0
+        for i in range(n_instances):
+            load = (free[i] if free[i] > t else t) - t
+            cost = load
+            hit = 0
+            if router_code == KERNEL_KV_AWARE:
+                base = i * n_blocks
+                k = start
+                while k < end and resident[base + block_ids[k]]:
+                    k += 1
+                hit = min((k - start) * block_size, n)
+                p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                cost = overlap_weight * p + load
+            if best < 0 or cost < best_cost:
+                best = i
+                best_cost = cost
+                best_hit = hit
+        i = best
+        if router_code != KERNEL_KV_AWARE:  # least_loaded: the prefix of the chosen one only
+            base = i * n_blocks
+            k = start
+            while k < end and resident[base + block_ids[k]]:
+                k += 1
+            best_hit = min((k - start) * block_size, n)
+        instance[r] = i
+        hit_tokens[r] = best_hit
+        # Load model: FCFS on instance i.
+        p = prefill_seconds(n, best_hit, bs, two_p, coeff, eff, kvb, bw)
+        begin = free[i] if free[i] > t else t
+        delay[r] = begin - t
+        prefill[r] = p
+        service[r] = p + float(output_lengths[r]) * decode_s
+        free[i] = begin + service[r]
+        # Access every block of the request in instance i's LRU (lru_kernel, offset by base).
+        base = i * n_blocks
+        head = heads[i]
+        tail = tails[i]
+        size = sizes[i]
+        hits = 0
+        evictions = 0
+        for j in range(start, end):
+            h = block_ids[j]
+            if resident[base + h]:
+                hits += 1
+                if h == tail:
+                    continue
+                p_ = prev[base + h]
+                n_ = nxt[base + h]
+                if p_ >= 0:
+                    nxt[base + p_] = n_
+                else:
+                    head = n_
+                prev[base + n_] = p_
+            else:
+                if size >= capacity:
+                    victim = head
+                    head = nxt[base + victim]
+                    if head >= 0:
+                        prev[base + head] = -1
+                    else:
+                        tail = -1
+                    resident[base + victim] = False
+                    size -= 1
+                    evictions += 1
+                resident[base + h] = True
+                size += 1
+            prev[base + h] = tail
+            nxt[base + h] = -1
+            if tail >= 0:
+                nxt[base + tail] = h
+            else:
+                head = h
+            tail = h
+        heads[i] = head
+        tails[i] = tail
+        sizes[i] = size
+        cnt[i, 0] += hits
+        cnt[i, 1] += evictions
+    return instance, hit_tokens, delay, prefill, service, sizes
+
+
+_NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def s3fifo_cluster_kernel(
+    block_ids, offsets, input_lengths, output_lengths, arrival, n_blocks, block_size,
+    n_instances, router_code, overlap_weight, decode_s, consts, cnt,
+    small_cap, main_cap, max_freq, ghost_freq,
+):  # fmt: skip
+    bs, two_p, coeff, eff, kvb, bw = consts
+    total = n_instances * n_blocks
+    where = np.zeros(total, np.int8)
+    freq = np.zeros(total, np.int32)
+    g_link = np.empty((total, 2), np.int32)  # [prev, next] block ids within the instance
+    s_rings = np.empty((n_instances, small_cap), np.int32)
+    m_rings = np.empty((n_instances, main_cap), np.int32)
+    s_heads = np.zeros(n_instances, np.int64)
+    s_lens = np.zeros(n_instances, np.int64)
+    m_heads = np.zeros(n_instances, np.int64)
+    m_lens = np.zeros(n_instances, np.int64)
+    g_lens = np.zeros(n_instances, np.int64)
+    g_heads = np.full(n_instances, -1, np.int64)
+    g_tails = np.full(n_instances, -1, np.int64)
+    ghost_cap = main_cap
+    free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
+    n_requests = input_lengths.shape[0]
+    instance = np.empty(n_requests, np.int32)
+    hit_tokens = np.empty(n_requests, np.int64)
+    delay = np.empty(n_requests, np.float64)
+    prefill = np.empty(n_requests, np.float64)
+    service = np.empty(n_requests, np.float64)
+    for r in range(n_requests):
+        start = offsets[r]
+        end = offsets[r + 1]
+        n = input_lengths[r]
+        t = arrival[r]
+        # Route: the lowest cost, ties to the lowest index (strict <).
+        best = -1
+        best_cost = 0.0
+        best_hit = 0
+        for i in range(n_instances):
+            load = (free[i] if free[i] > t else t) - t
+            cost = load
+            hit = 0
+            if router_code == KERNEL_KV_AWARE:
+                base = i * n_blocks
+                k = start
+                while k < end:
+                    w = where[base + block_ids[k]]
+                    if w != _IN_S and w != _IN_M:
+                        break
+                    k += 1
+                hit = min((k - start) * block_size, n)
+                p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                cost = overlap_weight * p + load
+            if best < 0 or cost < best_cost:
+                best = i
+                best_cost = cost
+                best_hit = hit
+        i = best
+        if router_code != KERNEL_KV_AWARE:  # least_loaded: the prefix of the chosen one only
+            base = i * n_blocks
+            k = start
+            while k < end:
+                w = where[base + block_ids[k]]
+                if w != _IN_S and w != _IN_M:
+                    break
+                k += 1
+            best_hit = min((k - start) * block_size, n)
+        instance[r] = i
+        hit_tokens[r] = best_hit
+        # Load model: FCFS on instance i.
+        p = prefill_seconds(n, best_hit, bs, two_p, coeff, eff, kvb, bw)
+        begin = free[i] if free[i] > t else t
+        delay[r] = begin - t
+        prefill[r] = p
+        service[r] = p + float(output_lengths[r]) * decode_s
+        free[i] = begin + service[r]
+        # Access every block in instance i's S3FIFO (s3fifo_kernel, offset by base).
+        base = i * n_blocks
+        s_ring = s_rings[i]
+        m_ring = m_rings[i]
+        s_head = s_heads[i]
+        s_len = s_lens[i]
+        m_head = m_heads[i]
+        m_len = m_lens[i]
+        g_len = g_lens[i]
+        g_head = g_heads[i]
+        g_tail = g_tails[i]
+        hits = evictions = ghost_hits = promotions = 0
+        for j in range(start, end):
+            h = block_ids[j]
+            w = where[base + h]
+            if w == _IN_S or w == _IN_M:  # noqa: SIM109
+                hits += 1
+                f = freq[base + h] + 1
+                freq[base + h] = f if f < max_freq else max_freq
+                continue
+            to_g = -1
+            to_m = -1
+            to_m_freq = 0
+            to_s = -1
+            if w == _IN_G:
+                ghost_hits += 1
+                p_ = g_link[base + h, 0]
+                n_ = g_link[base + h, 1]
+                if p_ >= 0:
+                    g_link[base + p_, 1] = n_
+                else:
+                    g_head = n_
+                if n_ >= 0:
+                    g_link[base + n_, 0] = p_
+                else:
+                    g_tail = p_
+                g_len -= 1
+                to_m = h
+                to_m_freq = ghost_freq
+            else:
+                to_s = h
+            while True:
+                if to_g >= 0:
+                    if g_len >= ghost_cap:
+                        old = g_head
+                        g_head = g_link[base + old, 1]
+                        if g_head >= 0:
+                            g_link[base + g_head, 0] = -1
+                        else:
+                            g_tail = -1
+                        where[base + old] = _NONE
+                        g_len -= 1
+                    g_link[base + to_g, 0] = g_tail
+                    g_link[base + to_g, 1] = -1
+                    if g_tail >= 0:
+                        g_link[base + g_tail, 1] = to_g
+                    else:
+                        g_head = to_g
+                    g_tail = to_g
+                    g_len += 1
+                    where[base + to_g] = _IN_G
+                    to_g = -1
+                if to_m >= 0:
+                    while m_len >= main_cap:
+                        victim = m_ring[m_head]
+                        m_head += 1
+                        if m_head == main_cap:
+                            m_head = 0
+                        vf = freq[base + victim]
+                        if vf >= 1:
+                            freq[base + victim] = vf - 1
+                            continue
+                        m_len -= 1
+                        evictions += 1
+                        to_g = victim
+                        break
+                    pos = m_head + m_len
+                    if pos >= main_cap:
+                        pos -= main_cap
+                    m_ring[pos] = to_m
+                    m_len += 1
+                    where[base + to_m] = _IN_M
+                    freq[base + to_m] = to_m_freq
+                    to_m = -1
+                    continue
+                if to_s < 0:
+                    break
+                if s_len >= small_cap:
+                    victim = s_ring[s_head]
+                    s_head += 1
+                    if s_head == small_cap:
+                        s_head = 0
+                    s_len -= 1
+                    vf = freq[base + victim]
+                    if vf >= 1:
+                        promotions += 1
+                        to_m = victim
+                        to_m_freq = vf
+                    else:
+                        evictions += 1
+                        to_g = victim
+                    continue
+                pos = s_head + s_len
+                if pos >= small_cap:
+                    pos -= small_cap
+                s_ring[pos] = to_s
+                s_len += 1
+                where[base + to_s] = _IN_S
+                freq[base + to_s] = 0
+                break
+        s_heads[i] = s_head
+        s_lens[i] = s_len
+        m_heads[i] = m_head
+        m_lens[i] = m_len
+        g_lens[i] = g_len
+        g_heads[i] = g_head
+        g_tails[i] = g_tail
+        cnt[i, 0] += hits
+        cnt[i, 1] += evictions
+        cnt[i, 2] += ghost_hits
+        cnt[i, 3] += promotions
+    return instance, hit_tokens, delay, prefill, service, s_lens + m_lens
+
+
+CLUSTER_KERNELS: dict[str, Any] = {"LRU": lru_cluster_kernel, "S3FIFO": s3fifo_cluster_kernel}
+"""Policies the cluster kernel supports, by name; their ``kernel_args`` are those of the
+single-cache kernel."""

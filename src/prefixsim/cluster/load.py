@@ -1,0 +1,157 @@
+"""The load model of a cluster (``docs/cluster.md``): prefill time and FCFS queues.
+
+:class:`LoadModel` turns a model profile, a hardware profile, the cache tier and the decode
+time per output token into the few float constants the per-request formulas need.
+:func:`prefill_seconds` is the estimated prefill time of :func:`prefixsim.cost.prefill_cost`
+for one request, as a scalar function of plain numbers so that the reference (its
+``py_func``) and the kernels (compiled) run the same operations in the same order and agree to
+the bit; ``tests/test_cluster.py`` holds it equal to ``prefill_cost``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from ..cost import INT64_MAX
+from ..errors import ParameterError
+from ..hardware import HardwareProfile, load_hardware
+from ..models import ModelProfile, load_model
+
+MAX_PROMPT_TOKENS = 2**31
+"""Above this, ``n * (n + 1)`` no longer fits int64 (the same bound as ``prefill_flops``)."""
+
+
+@njit(cache=True)
+def prefill_seconds(n, h, block_size, two_active, attention_coeff, eff_flops, kv_bytes, bw):
+    """Estimated prefill time of ``n`` prompt tokens with the first ``h`` reused:
+    ``flops(n, h) / eff_flops + ceil(h / block_size) * kv_bytes / bw`` (``prefixsim.cost``).
+    ``n * (n + 1)`` and the reused bytes are exact int64 (bounds checked by the caller)."""
+    pairs = float(n * (n + 1) - h * (h + 1))
+    flops = float(n - h) * two_active + pairs * attention_coeff
+    reused = ((h + block_size - 1) // block_size) * kv_bytes
+    return flops / eff_flops + float(reused) / bw
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """What the load model needs: the model, the GPU, where the cache is kept, and the decode
+    time per output token (0: prefill only)."""
+
+    model: ModelProfile
+    hardware: HardwareProfile
+    cache_tier: str = "hbm"
+    decode_seconds_per_token: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", load_model(self.model, key="model"))
+        object.__setattr__(self, "hardware", load_hardware(self.hardware))
+        self.hardware.tier_bandwidth(self.cache_tier)  # an unknown tier names cache_tier
+        d = self.decode_seconds_per_token
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d < float("inf"):
+            raise ParameterError("decode_seconds_per_token", d, "expected a finite number >= 0")
+        object.__setattr__(self, "decode_seconds_per_token", float(d))
+
+    def constants(self, block_size: int) -> tuple[int, float, float, float, int, float]:
+        """The trailing arguments of :func:`prefill_seconds` for ``block_size``."""
+        m = self.model
+        # The attention FLOPs per unit of n*(n+1) - h*(h+1), as in prefixsim.cost.
+        coeff = m.layers * m.attention_heads * (m.head_dim + m.value_dim)
+        return (
+            block_size,
+            float(2 * m.active_params),
+            float(coeff),
+            self.hardware.effective_flops,
+            m.kv_bytes_per_block(block_size),
+            self.hardware.tier_bandwidth(self.cache_tier),
+        )
+
+    def check_trace(self, input_lengths: np.ndarray, block_size: int) -> None:
+        """Refuse prompts whose int64 intermediates could overflow (never a wrong number)."""
+        if len(input_lengths) == 0:
+            return
+        n = int(input_lengths.max())
+        if n > MAX_PROMPT_TOKENS:
+            raise ParameterError("input_length", n, f"expected at most {MAX_PROMPT_TOKENS}")
+        blocks = -(-n // block_size)
+        if blocks * self.model.kv_bytes_per_block(block_size) > INT64_MAX:
+            raise ParameterError("input_length", n, "its reused bytes pass int64")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model.name,
+            "hardware": self.hardware.name,
+            "cache_tier": self.cache_tier,
+            "decode_seconds_per_token": self.decode_seconds_per_token,
+        }
+
+
+@njit(cache=True)
+def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s, consts):
+    """Queueing delay and prefill time per request, and each instance's ``free`` moment, for
+    requests served first come first served in trace order on their instance."""
+    bs, two_p, coeff, eff, kvb, bw = consts
+    n_requests = arrival.shape[0]
+    free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
+    delay = np.empty(n_requests, np.float64)
+    prefill = np.empty(n_requests, np.float64)
+    service = np.empty(n_requests, np.float64)
+    for r in range(n_requests):
+        i = instance[r]
+        t = arrival[r]
+        p = prefill_seconds(prompt[r], hits[r], bs, two_p, coeff, eff, kvb, bw)
+        start = free[i] if free[i] > t else t
+        delay[r] = start - t
+        prefill[r] = p
+        service[r] = p + float(out_len[r]) * decode_s
+        free[i] = start + service[r]
+    return delay, prefill, service
+
+
+@njit(cache=True)
+def split_subtraces(block_ids, offsets, instance, n_instances, n_blocks):
+    """Each instance's sub-trace, for the single-cache kernels: its requests (``rows``, in
+    trace order), their blocks renumbered ``0 .. n_local-1`` in order of first appearance in
+    the sub-trace (a bijection, so no hit changes; and each kernel allocates state for the
+    sub-trace's blocks only, not the whole trace's), and their offsets. Instance ``i`` owns
+    ``rows[req_start[i]:req_start[i+1]]``, ``blocks[acc_start[i]:acc_start[i+1]]`` and
+    ``offsets[req_start[i]+i : req_start[i+1]+i+1]``."""
+    n_requests = instance.shape[0]
+    req_start = np.zeros(n_instances + 1, np.int64)
+    acc_start = np.zeros(n_instances + 1, np.int64)
+    for r in range(n_requests):
+        req_start[instance[r] + 1] += 1
+        acc_start[instance[r] + 1] += offsets[r + 1] - offsets[r]
+    for i in range(n_instances):
+        req_start[i + 1] += req_start[i]
+        acc_start[i + 1] += acc_start[i]
+    rows = np.empty(n_requests, np.int64)
+    fill = req_start[:-1].copy()
+    for r in range(n_requests):
+        rows[fill[instance[r]]] = r
+        fill[instance[r]] += 1
+    blocks = np.empty(block_ids.shape[0], np.int32)
+    sub_offsets = np.empty(n_requests + n_instances, np.int64)
+    n_local = np.zeros(n_instances, np.int64)
+    local = np.empty(n_blocks, np.int32)
+    owner = np.full(n_blocks, -1, np.int32)  # local[b] is valid iff owner[b] == i
+    for i in range(n_instances):
+        pos = acc_start[i]
+        base = pos
+        count = 0
+        sub_offsets[req_start[i] + i] = 0
+        for j in range(req_start[i], req_start[i + 1]):
+            r = rows[j]
+            for k in range(offsets[r], offsets[r + 1]):
+                b = block_ids[k]
+                if owner[b] != i:
+                    owner[b] = i
+                    local[b] = count
+                    count += 1
+                blocks[pos] = local[b]
+                pos += 1
+            sub_offsets[j + i + 1] = pos - base
+        n_local[i] = count
+    return rows, blocks, sub_offsets, req_start, acc_start, n_local

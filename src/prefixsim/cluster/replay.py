@@ -1,0 +1,370 @@
+"""``replay_cluster``: a trace through ``instances`` caches behind a router (``docs/cluster.md``).
+
+``engine="reference"`` runs :mod:`prefixsim.cluster.reference`. ``engine="kernel"``:
+
+* routers with an ``assign`` (round_robin, random, session) route the whole trace first, then
+  each instance's sub-trace is replayed by the policy's own single-cache kernel (exact: the
+  instances are independent and a sub-trace keeps the trace order), then the FCFS kernel;
+* least_loaded and kv_aware run the cluster kernel of :mod:`prefixsim.cluster.kernel` (S3FIFO,
+  LRU); other policies fall back to the reference with a logged warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ParameterError
+from ..hardware import HardwareProfile
+from ..models import ModelProfile
+from ..policies import PolicyParams, get_policy
+from ..policies.base import ReferencePolicy, check_int
+from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, make_params
+from ..trace import Trace, load_trace
+from .kernel import CLUSTER_KERNELS
+from .load import LoadModel, fcfs_kernel, split_subtraces
+from .reference import RawCluster, reference_cluster
+from .routers import RouterParams, get_router, make_router
+
+log = logging.getLogger(__name__)
+
+MAX_INSTANCES = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterResult:
+    """Outcome of one cluster replay. Per-request arrays are in trace order; per-instance ones
+    are indexed by instance. The time arrays are None without a load model."""
+
+    params: PolicyParams
+    router: RouterParams
+    instances: int
+    block_size: int
+    load: LoadModel | None
+    trace_name: str
+    trace_sha256: str
+    instance: np.ndarray  # int32, per request
+    hit_tokens: np.ndarray  # int64, per request
+    prompt_tokens: np.ndarray  # int64, per request
+    queueing_delay: np.ndarray | None  # float64 seconds, per request
+    est_prefill_seconds: np.ndarray | None
+    service_seconds: np.ndarray | None
+    final_cache_blocks: np.ndarray  # int64, per instance
+    instance_counters: list[dict[str, int]]
+    """Per instance: ``block_accesses``, ``block_hits``, ``evictions`` and the policy's own."""
+    engine: str
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.hit_tokens)
+
+    @property
+    def est_ttft_seconds(self) -> np.ndarray | None:
+        """Queueing delay + prefill time, per request."""
+        if self.queueing_delay is None or self.est_prefill_seconds is None:
+            return None
+        return self.queueing_delay + self.est_prefill_seconds
+
+    @property
+    def total_hit_tokens(self) -> int:
+        return int(self.hit_tokens.sum())
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        return int(self.prompt_tokens.sum())
+
+    @property
+    def overall_hit_rate(self) -> float:
+        total = self.total_prompt_tokens
+        return self.total_hit_tokens / total if total else 0.0
+
+    @property
+    def instance_requests(self) -> np.ndarray:
+        return np.bincount(self.instance, minlength=self.instances).astype(np.int64)
+
+    @property
+    def instance_hit_tokens(self) -> np.ndarray:
+        out = np.zeros(self.instances, np.int64)
+        np.add.at(out, self.instance, self.hit_tokens)  # exact int64 (bincount is float)
+        return out
+
+    @property
+    def instance_prompt_tokens(self) -> np.ndarray:
+        out = np.zeros(self.instances, np.int64)
+        np.add.at(out, self.instance, self.prompt_tokens)
+        return out
+
+    @property
+    def instance_hit_rate(self) -> np.ndarray:
+        prompt = self.instance_prompt_tokens
+        hits = self.instance_hit_tokens
+        return np.divide(hits, prompt, out=np.zeros(self.instances), where=prompt > 0)
+
+    @property
+    def busy_seconds(self) -> np.ndarray | None:
+        """Sum of the service times of each instance's requests (``math.fsum``)."""
+        if self.service_seconds is None:
+            return None
+        out = np.zeros(self.instances)
+        for i in range(self.instances):
+            out[i] = math.fsum(self.service_seconds[self.instance == i].tolist())
+        return out
+
+    @property
+    def load_imbalance(self) -> float | None:
+        """max / mean busy time over all instances (1.0 when nothing was busy)."""
+        busy = self.busy_seconds
+        if busy is None:
+            return None
+        mean = math.fsum(busy.tolist()) / self.instances
+        return float(busy.max() / mean) if mean > 0 else 1.0
+
+    def ttft_percentile(self, q: float) -> float | None:
+        ttft = self.est_ttft_seconds
+        if ttft is None or len(ttft) == 0:
+            return None
+        return float(np.percentile(ttft, q))
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Counters summed over the instances."""
+        out: dict[str, int] = {}
+        for c in self.instance_counters:
+            for k, v in c.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """One flat row: the cluster's totals (what the sweep writes)."""
+        busy = self.busy_seconds
+        return {
+            "instances": self.instances,
+            **self.router.to_dict(),
+            "n_requests": self.n_requests,
+            "total_prompt_tokens": self.total_prompt_tokens,
+            "total_hit_tokens": self.total_hit_tokens,
+            "overall_hit_rate": self.overall_hit_rate,
+            "final_cache_blocks": int(self.final_cache_blocks.sum()),
+            **self.counters,
+            "est_ttft_p50_seconds": self.ttft_percentile(50),
+            "est_ttft_p99_seconds": self.ttft_percentile(99),
+            "est_queueing_delay_mean_seconds": (
+                None
+                if self.queueing_delay is None
+                else math.fsum(self.queueing_delay.tolist()) / max(self.n_requests, 1)
+            ),
+            "busy_seconds_max": None if busy is None else float(busy.max()),
+            "busy_seconds_mean": None if busy is None else math.fsum(busy.tolist()) / len(busy),
+            "load_imbalance": self.load_imbalance,
+        }
+
+
+def _as_trace(trace_or_path: Trace | str | os.PathLike[str]) -> Trace:
+    return trace_or_path if isinstance(trace_or_path, Trace) else load_trace(trace_or_path)
+
+
+def replay_cluster(
+    trace_or_path: Trace | str | os.PathLike[str],
+    instances: int = 4,
+    router: str | RouterParams = "round_robin",
+    policy: str = "S3FIFO",
+    capacity: int = 4096,
+    block_size: int = 512,
+    *,
+    router_params: dict[str, Any] | None = None,
+    policy_params: dict[str, Any] | None = None,
+    model: str | ModelProfile | None = None,
+    hardware: str | HardwareProfile | None = None,
+    cache_tier: str = "hbm",
+    decode_seconds_per_token: float = 0.0,
+    engine: Engine = "kernel",
+) -> ClusterResult:
+    """Replay a trace through ``instances`` caches of ``policy`` (each of ``capacity`` blocks)
+    behind ``router``. With ``model`` and ``hardware`` (profile names, YAML paths or profiles)
+    the load model gives queueing delays and estimated TTFTs; ``least_loaded`` and ``kv_aware``
+    need them."""
+    if not isinstance(router, RouterParams):
+        router = make_router(router, **(router_params or {}))
+    elif router_params:
+        raise ParameterError("router_params", router_params, "give them in the RouterParams")
+    params = make_params(policy, capacity, **(policy_params or {}))
+    if (model is None) != (hardware is None):
+        raise ParameterError(
+            "model" if model is None else "hardware", None, "the load model needs both"
+        )
+    load = None
+    if model is not None and hardware is not None:
+        load = LoadModel(model, hardware, cache_tier, decode_seconds_per_token)  # type: ignore[arg-type]
+    return replay_cluster_params(
+        _as_trace(trace_or_path), params, block_size, instances, router, load, engine=engine
+    )
+
+
+def replay_cluster_params(
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    instances: int,
+    router: RouterParams,
+    load: LoadModel | None,
+    *,
+    engine: Engine = "kernel",
+) -> ClusterResult:
+    """Replay with already validated parameters (what the sweep calls for a cluster point)."""
+    block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    instances = check_int("instances", instances, 1, MAX_INSTANCES)
+    spec = get_router(router.router)
+    if spec.needs_load and load is None:
+        raise ParameterError(
+            "router",
+            router.router,
+            "needs the load model: give a model and a hardware profile",
+        )
+    policy = get_policy(params.policy)
+    if policy.reference.prepare is not ReferencePolicy.prepare:
+        raise ParameterError(
+            "policy", params.policy, "offline policies cannot be run behind a router"
+        )
+    if engine not in ENGINES:
+        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+    if load is not None:
+        load.check_trace(trace.input_lengths, block_size)
+    start = time.perf_counter()
+    if engine == "reference":
+        raw = reference_cluster(trace, params, block_size, instances, router, load)
+    elif spec.assign is not None:
+        raw = _static_cluster(trace, params, block_size, instances, router, load)
+    elif params.policy in CLUSTER_KERNELS:
+        raw = _dynamic_cluster(trace, params, block_size, instances, router, load)
+    else:
+        log.warning(
+            "router %s: no cluster kernel for %s; running the reference (slow)",
+            router.router,
+            params.policy,
+        )
+        engine = "reference"
+        raw = reference_cluster(trace, params, block_size, instances, router, load)
+    seconds = time.perf_counter() - start
+    # Exact: float64 sums of integers below 2**53 (there are fewer accesses than that).
+    per_instance_accesses = np.bincount(
+        raw.instance, weights=np.diff(trace.offsets), minlength=instances
+    ).astype(np.int64)
+    counters = [
+        {"block_accesses": int(per_instance_accesses[i]), **raw.counters[i]}
+        for i in range(instances)
+    ]
+    return ClusterResult(
+        params=params,
+        router=router,
+        instances=instances,
+        block_size=block_size,
+        load=load,
+        trace_name=trace.name,
+        trace_sha256=trace.sha256,
+        instance=raw.instance,
+        hit_tokens=raw.hit_tokens,
+        prompt_tokens=trace.input_lengths,
+        queueing_delay=raw.delay,
+        est_prefill_seconds=raw.prefill,
+        service_seconds=raw.service,
+        final_cache_blocks=np.asarray(raw.final_cache_blocks, np.int64),
+        instance_counters=counters,
+        engine=engine,
+        seconds=seconds,
+    )
+
+
+def _arrival_seconds(trace: Trace) -> np.ndarray:
+    return trace.timestamps / 1000.0  # the trace's ms as seconds (the reference's division)
+
+
+def _static_cluster(
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    instances: int,
+    router: RouterParams,
+    load: LoadModel | None,
+) -> RawCluster:
+    """Route first, then each instance's sub-trace through the single-cache kernel."""
+    spec = get_policy(params.policy)
+    assign = get_router(router.router).assign
+    instance = np.asarray(assign(router, instances, trace), np.int32)
+    hits = np.zeros(trace.n_requests, np.int64)
+    finals: list[int] = []
+    counters: list[dict[str, int]] = []
+    rows_all, blocks_all, offsets_all, req_start, acc_start, n_local = split_subtraces(
+        trace.block_ids, trace.offsets, instance, instances, trace.n_blocks
+    )
+    for i in range(instances):
+        rows = rows_all[req_start[i] : req_start[i + 1]]
+        # offsets_all holds each instance's offsets (n_i + 1 of them) one after the other.
+        sub_offsets = offsets_all[req_start[i] + i : req_start[i + 1] + i + 1]
+        sub_blocks = blocks_all[acc_start[i] : acc_start[i + 1]]
+        cnt = np.zeros(len(spec.counter_names), np.int64)
+        sub_hits, final = spec.kernel(
+            sub_blocks,
+            sub_offsets,
+            trace.input_lengths[rows],
+            int(n_local[i]),
+            block_size,
+            cnt,
+            *spec.kernel_args(params),
+        )
+        hits[rows] = sub_hits
+        finals.append(int(final))
+        counters.append(dict(zip(spec.counter_names, cnt.tolist(), strict=True)))
+    delay = prefill = service = None
+    if load is not None:
+        delay, prefill, service = fcfs_kernel(
+            _arrival_seconds(trace),
+            instance,
+            trace.input_lengths,
+            hits,
+            trace.output_lengths,
+            instances,
+            load.decode_seconds_per_token,
+            load.constants(block_size),
+        )
+    return RawCluster(instance, hits, delay, prefill, service, finals, counters)
+
+
+def _dynamic_cluster(
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    instances: int,
+    router: RouterParams,
+    load: LoadModel | None,
+) -> RawCluster:
+    """least_loaded / kv_aware: the cluster kernel with every instance's state."""
+    assert load is not None  # needs_load routers were checked by the caller
+    spec = get_policy(params.policy)
+    kernel = CLUSTER_KERNELS[params.policy]
+    cnt = np.zeros((instances, len(spec.counter_names)), np.int64)
+    weight = float(getattr(router, "overlap_weight", 0.0))
+    instance, hits, delay, prefill, service, finals = kernel(
+        trace.block_ids,
+        trace.offsets,
+        trace.input_lengths,
+        trace.output_lengths,
+        _arrival_seconds(trace),
+        trace.n_blocks,
+        block_size,
+        instances,
+        get_router(router.router).kernel_code,
+        weight,
+        load.decode_seconds_per_token,
+        load.constants(block_size),
+        cnt,
+        *spec.kernel_args(params),
+    )
+    counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
+    return RawCluster(instance, hits, delay, prefill, service, finals.tolist(), counters)

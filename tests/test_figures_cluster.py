@@ -1,0 +1,95 @@
+"""The cluster figures (``sweep/figures/cluster.py``), from hand-made results tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sweep.figures.cluster import (
+    SkipFigure,
+    draw_cluster_figures,
+    fig_cluster_hit_rate,
+    fig_cluster_load_imbalance,
+    fig_cluster_ttft,
+)
+
+
+def results(with_load: bool = True, big_singles: bool = True) -> pd.DataFrame:
+    """kv_aware and round_robin on 1, 2, 4 instances of 100 blocks; with ``big_singles``, the
+    one-instance points at 200 and 400 blocks (a cache holding the whole memory). Hit rates:
+    round_robin 0.4 / n, kv_aware 0.4 + 0.05 * (n - 1); one cache of 100, 200, 400 blocks:
+    0.4 (the one-instance cluster points), 0.5, 0.6."""
+    rows = [{"instances": None, "router": None, "capacity": 100, "overall_hit_rate": 0.1}]
+    for router in ("round_robin", "kv_aware"):
+        for n in (1, 2, 4):
+            rate = 0.4 / n if router == "round_robin" else 0.4 + 0.05 * (n - 1)
+            rows.append(
+                {"instances": n, "router": router, "capacity": 100, "overall_hit_rate": rate}
+            )
+    if big_singles:
+        for c, rate in ((200, 0.5), (400, 0.6)):
+            rows.append(
+                {
+                    "instances": 1,
+                    "router": "round_robin",
+                    "capacity": c,
+                    "overall_hit_rate": rate,
+                }
+            )
+    df = pd.DataFrame(rows)
+    df["trace"], df["policy"], df["block_size"] = "t", "S3FIFO", 512
+    df["overlap_weight"] = np.where(df["router"] == "kv_aware", 1.0, np.nan)
+    n = df["instances"].astype(float)
+    df["est_ttft_p50_seconds"] = 10.0 / n if with_load else np.nan
+    df["est_ttft_p99_seconds"] = 100.0 / n if with_load else np.nan
+    df["load_imbalance"] = 1.0 + 0.1 * n if with_load else np.nan
+    df["instances"] = df["instances"].astype("Int64")
+    return df
+
+
+def ydata(fig, row: int = 0) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
+    ax = fig.axes[row]
+    return {ln.get_label(): list(ln.get_ydata()) for ln in ax.lines if ln.get_label()[0] != "_"}
+
+
+def test_hit_rate_lines_and_share_of_one_cache() -> None:
+    fig = fig_cluster_hit_rate(results())
+    lines = ydata(fig)
+    assert lines["round_robin"] == pytest.approx([0.4, 0.2, 0.1])
+    assert lines["kv_aware"] == pytest.approx([0.4, 0.45, 0.55])
+    # One cache of n * 100 blocks at n = 1, 2, 4: 0.4, 0.5, 0.6.
+    assert lines["one cache of all memory"] == pytest.approx([0.4, 0.5, 0.6])
+    # Shares: round_robin 0.4/0.4, 0.2/0.5, 0.1/0.6; kv_aware 0.4/0.4, 0.45/0.5, 0.55/0.6.
+    shares = [list(ln.get_ydata()) for ln in fig.axes[1].lines if ln.get_marker() != "None"]
+    assert shares[0] == pytest.approx([1.0, 0.4, 1 / 6])
+    assert shares[1] == pytest.approx([1.0, 0.9, 0.55 / 0.6])
+
+
+def test_hit_rate_without_bigger_single_caches_has_no_share_row() -> None:
+    fig = fig_cluster_hit_rate(results(big_singles=False))
+    assert len(fig.axes) == 1
+    assert "one cache of all memory" not in ydata(fig)
+
+
+def test_ttft_and_imbalance() -> None:
+    ttft = fig_cluster_ttft(results())
+    ys = [list(ln.get_ydata()) for ln in ttft.axes[0].lines if len(ln.get_ydata())]
+    # per router: p50 = 10 / n and p99 = 100 / n at n = 1, 2, 4
+    assert ys[0] == pytest.approx([10, 5, 2.5]) and ys[1] == pytest.approx([100, 50, 25])
+    imbalance = ydata(fig_cluster_load_imbalance(results()))
+    assert imbalance["kv_aware"] == pytest.approx([1.1, 1.2, 1.4])
+
+
+def test_skips_say_why(tmp_path: Path) -> None:
+    single_only = results().iloc[:1]
+    with pytest.raises(SkipFigure, match="no cluster point"):
+        fig_cluster_hit_rate(single_only)
+    with pytest.raises(SkipFigure, match="model=NAME"):
+        fig_cluster_ttft(results(with_load=False))
+    written, skipped = draw_cluster_figures(results(with_load=False), tmp_path, ("png",))
+    assert [p.name for p in written] == ["cluster_hit_rate.png"]
+    assert set(skipped) == {"cluster_ttft", "cluster_load_imbalance"}
+    assert (tmp_path / "cluster_hit_rate.png").stat().st_size > 0
