@@ -37,7 +37,15 @@ from .run import (
     release_loky_workers,
     warm_up,
 )
-from .store import COUNTER_COLUMNS, LOG_FILE, PART_SCHEMA, RunDir, atomic_write_text
+from .store import (
+    COUNTER_COLUMNS,
+    LOG_FILE,
+    PART_SCHEMA,
+    RunDir,
+    StoreError,
+    atomic_write_text,
+    describe_os_error,
+)
 
 log = logging.getLogger("sweep")
 
@@ -160,6 +168,48 @@ def _part_table(points: dict[int, Point], outcomes: Sequence[Outcome]) -> pa.Tab
     else:
         arrays.append(pa.nulls(len(outcomes), list_type))
     return pa.Table.from_arrays(arrays, schema=PART_SCHEMA)
+
+
+@contextlib.contextmanager
+def _writes_to(run_dir: RunDir) -> Iterator[None]:
+    """A failed write before any replay (out of space, read-only) is a one-line StoreError."""
+    try:
+        yield
+    except OSError as err:
+        raise StoreError(f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}") from None
+
+
+class _WriteFailed(Exception):
+    """A part file could not be written (``error``): the sweep stops, keeping what it wrote."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM (noted, not raised) during a short write that must finish: the
+    sweep is stopping already, and a half-done final step would leave the directory claiming a
+    state it is not in. (Python handlers, not a blocked mask: any thread may take a signal.)"""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if received:
+            log.warning("a stop signal arrived while the manifest was written; it is written")
 
 
 @contextlib.contextmanager
@@ -297,8 +347,9 @@ def _run_locked(
     ex = cfg.executor
     existing = run_dir.load_existing()
     points, registry = assign_points(grid_points, shas, existing.registry)
-    run_dir.save_registry(registry)
-    run_dir.save_trace_tables(list(traces.values()), sorted(set(cfg.block_size)))
+    with _writes_to(run_dir):
+        run_dir.save_registry(registry)
+        run_dir.save_trace_tables(list(traces.values()), sorted(set(cfg.block_size)))
     todo = [
         p
         for p in points
@@ -315,7 +366,8 @@ def _run_locked(
         from omegaconf import OmegaConf
 
         config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-    atomic_write_text(run_dir.config, config_yaml)
+    with _writes_to(run_dir):
+        atomic_write_text(run_dir.config, config_yaml)
 
     previous = run_dir.read_manifest() or {}
     history: list[dict[str, Any]] = list(previous.get("runs", []))
@@ -376,7 +428,8 @@ def _run_locked(
             "runs": [*history, record],
         }
 
-    run_dir.write_manifest(manifest("running"))
+    with _writes_to(run_dir):
+        run_dir.write_manifest(manifest("running"))
     log.info(
         "%d points in the grid; %d already in %s; %d to compute",
         summary.planned,
@@ -387,6 +440,8 @@ def _run_locked(
 
     replay_seconds = 0.0
     by_id = {p.point_id: p for p in todo}
+    written: set[str] = set()  # keys of the points in part files written by this run
+    write_error: OSError | None = None
     t_execute = math.nan
 
     def on_batch(batch: Batch, outcomes: list[Outcome]) -> None:
@@ -403,7 +458,11 @@ def _run_locked(
                 summary.failures.append(failure)
                 log.error("point failed: %s: %s", failure.point, failure.error)
         if ok:
-            run_dir.write_part(_part_table(by_id, ok))
+            try:
+                run_dir.write_part(_part_table(by_id, ok))
+            except OSError as err:  # out of space, read-only...: no later batch can be kept
+                raise _WriteFailed(err) from err
+            written.update(by_id[o.point_id].key for o in ok)
             summary.computed += len(ok)
         replay_seconds += sum(o.seconds for o in ok)
         bar.update(len(outcomes))
@@ -448,6 +507,8 @@ def _run_locked(
                             release_loky_workers()
     except KeyboardInterrupt:
         summary.interrupted = True
+    except _WriteFailed as err:
+        write_error = err.error
     finally:
         bar.close()
         if not math.isnan(t_execute):
@@ -455,9 +516,18 @@ def _run_locked(
         timings["replay_seconds"] = replay_seconds
 
     t = time.perf_counter()
-    summary.rows, folded = run_dir.consolidate()
-    # what was really written (an interrupt may land between a part write and its count)
-    summary.computed = len(folded & {p.key for p in todo})
+    try:
+        summary.rows, folded = run_dir.consolidate()
+        # what was really written (an interrupt may land between a part write and its count)
+        summary.computed = len(folded & {p.key for p in todo})
+    except (KeyboardInterrupt, OSError) as err:
+        # The part files stay: the next run into this directory folds them in.
+        if isinstance(err, KeyboardInterrupt):
+            summary.interrupted = True
+        elif write_error is None:
+            write_error = err
+        summary.computed = len(written)
+        summary.rows = run_dir.rows_in_results()
     if summary.interrupted:
         log.warning(
             "interrupted: %d points finished and kept; run the same command again to compute "
@@ -468,8 +538,30 @@ def _run_locked(
     timings["write_seconds"] = time.perf_counter() - t
     summary.seconds = time.perf_counter() - t_start
     timings["total_seconds"] = summary.seconds
-    status = "interrupted" if summary.interrupted else "failed" if summary.failures else "complete"
-    run_dir.write_manifest(manifest(status))
+    if summary.interrupted:
+        status = "interrupted"
+    elif summary.failures or write_error is not None:
+        status = "failed"
+    else:
+        status = "complete"
+    error = (
+        None
+        if write_error is None
+        else f"out_dir={str(run_dir.path)!r}: " + (describe_os_error(write_error))
+    )
+    # A second Ctrl-C or a TERM waits until the manifest is written: it never stays "running".
+    with _signals_deferred():
+        try:
+            run_dir.write_manifest({**manifest(status), "error": error})
+        except OSError as err:
+            write_error = write_error or err
+            error = error or f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}"
+            log.error("manifest.json could not be written: %s", describe_os_error(err))
+    if error is not None:
+        raise StoreError(
+            f"{error}; {summary.computed} point(s) finished and kept, {len(todo)} planned; make "
+            "room or choose another out_dir, then run the same command again to finish"
+        )
 
     per_request = f" and {run_dir.per_request}" if run_dir.per_request.exists() else ""
     log.info(

@@ -1,0 +1,248 @@
+"""The sweep in a hostile world (issue 10): full or read-only disks, an out_dir in the way,
+signals during the final write, overflowing traces, huge ranges. Failures that cannot be
+produced here (ENOSPC, EROFS) are injected by replacing the writer, in process, or in a small
+wrapper around ``python -m sweep`` for the command line."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweep import ExecutorConfig, StoreError, run_sweep
+from sweep.store import RunDir
+from test_sweep import config, results, small_trace  # noqa: F401
+
+TIMEOUT = 120
+GRID = {"policy": ["LRU"], "capacity": [16, 64, 256, 1024]}
+ONE_BY_ONE = ExecutorConfig(n_jobs=1, batch_size=1)
+
+
+def manifest(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((out / "manifest.json").read_text())
+
+
+def enospc(path: object = "x") -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+# --- a full disk ---------------------------------------------------------------------------------
+
+
+def test_full_disk_while_writing_batches_keeps_what_was_written(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = RunDir.write_part
+    calls = []
+
+    def third_fails(self, table):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise enospc(self.parts / "part.arrow")
+        return real(self, table)
+
+    monkeypatch.setattr(RunDir, "write_part", third_fails)
+    out = tmp_path / "out"
+    cfg = config(out, small_trace, executor=ONE_BY_ONE, **GRID)
+    with pytest.raises(StoreError, match="no space left on the device") as info:
+        run_sweep(cfg)
+    assert "\n" not in str(info.value)
+    assert "2 point(s) finished and kept" in str(info.value)
+    assert results(out).capacity.tolist() == [16, 64]  # the two written batches
+    doc = manifest(out)
+    assert doc["status"] == "failed"
+    assert "no space left" in doc["error"]
+    assert doc["points"]["computed"] == 2
+
+    monkeypatch.setattr(RunDir, "write_part", real)
+    again = run_sweep(cfg)
+    assert (again.skipped, again.computed, again.exit_code) == (2, 2, 0)
+    assert manifest(out)["status"] == "complete"
+
+
+def test_full_disk_during_the_final_merge_keeps_the_parts(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_space(self):  # type: ignore[no-untyped-def]
+        raise enospc(self.results)
+
+    monkeypatch.setattr(RunDir, "consolidate", no_space)
+    out = tmp_path / "out"
+    cfg = config(out, small_trace, executor=ONE_BY_ONE, **GRID)
+    with pytest.raises(StoreError, match="no space left"):
+        run_sweep(cfg)
+    assert len(list((out / ".sweep" / "parts").glob("*.arrow"))) == 4
+    assert manifest(out)["status"] == "failed"
+    monkeypatch.undo()
+    again = run_sweep(cfg)
+    assert (again.skipped, again.computed) == (4, 0)
+    assert results(out).capacity.tolist() == [16, 64, 256, 1024]
+
+
+def test_full_disk_for_the_new_manifest_overwrites_the_old_in_place(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sweep.store as store
+
+    real = store.atomic_write_text
+    out = tmp_path / "out"
+
+    def manifest_once_only(path: Path, text: str) -> None:
+        if path.name == "manifest.json" and path.exists():
+            raise enospc(path)
+        real(path, text)
+
+    monkeypatch.setattr(store, "atomic_write_text", manifest_once_only)
+    summary = run_sweep(config(out, small_trace, executor=ONE_BY_ONE, **GRID))
+    assert summary.exit_code == 0
+    assert manifest(out)["status"] == "complete"  # not "running"
+
+
+def test_read_only_mount_is_one_line(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def read_only(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(StoreError, match="read-only file system") as info:
+        run_sweep(config(tmp_path / "new", small_trace, executor=ONE_BY_ONE, **GRID))
+    assert str(info.value).startswith(f"out_dir={str(tmp_path / 'new')!r}: cannot write")
+
+
+# --- signals during the final write --------------------------------------------------------------
+
+
+def test_interrupt_during_the_final_merge_leaves_an_interrupted_manifest(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def interrupted(self):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunDir, "consolidate", interrupted)
+    out = tmp_path / "out"
+    cfg = config(out, small_trace, executor=ONE_BY_ONE, **GRID)
+    summary = run_sweep(cfg)
+    assert summary.exit_code == 130
+    assert manifest(out)["status"] == "interrupted"
+    assert manifest(out)["points"]["computed"] == 4  # in the part files
+    monkeypatch.undo()
+    again = run_sweep(cfg)
+    assert (again.skipped, again.computed) == (4, 0)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_a_signal_during_the_final_manifest_write_waits_for_it(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    signum: signal.Signals,
+) -> None:
+    real = RunDir.write_manifest
+
+    def signalled(self, doc):  # type: ignore[no-untyped-def]
+        if doc["status"] != "running":
+            os.kill(os.getpid(), signum)
+            time.sleep(0.05)  # delivered now, unless held back
+        real(self, doc)
+
+    monkeypatch.setattr(RunDir, "write_manifest", signalled)
+    out = tmp_path / "out"
+    summary = run_sweep(config(out, small_trace, executor=ONE_BY_ONE, **GRID))
+    assert summary.exit_code == 0
+    assert manifest(out)["status"] == "complete"
+
+
+# --- the command line: one line and exit 2 -------------------------------------------------------
+
+
+def sweep_cli(cwd: Path, *args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    code = f"import sys\n{prelude}\nfrom sweep.__main__ import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args, "plot=false"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "HYDRA_FULL_ERROR": ""},
+        check=False,
+    )
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].startswith("sweep: error: ")
+    for needle in needles:
+        assert needle in errors[0]
+
+
+@pytest.mark.parametrize("where", ["is-a-file", "under-a-file"])
+def test_out_dir_in_the_way_of_a_file(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    where: str,
+) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    out = blocker if where == "is-a-file" else blocker / "run"
+    done = sweep_cli(tmp_path, f"trace={small_trace}", "policy=LRU", f"out_dir={out}")
+    assert_one_error_line(done, f"out_dir={str(out)!r}", "a file is in the way")
+    assert blocker.read_text() == "a file"
+
+
+def test_full_disk_on_the_command_line(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    prelude = (
+        "import errno, os\n"
+        "from sweep.store import RunDir\n"
+        "def full(self, table):\n"
+        "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.parts))\n"
+        "RunDir.write_part = full\n"
+    )
+    out = tmp_path / "out"
+    done = sweep_cli(
+        tmp_path, f"trace={small_trace}", "policy=LRU", "capacity=16,64", f"out_dir={out}",
+        prelude=prelude,
+    )  # fmt: skip
+    assert_one_error_line(done, "no space left on the device", "0 point(s) finished")
+    assert manifest(out)["status"] == "failed"
+
+
+def test_an_overflowing_trace_is_refused_by_the_sweep(tmp_path: Path) -> None:
+    trace = tmp_path / "big.jsonl"
+    line = '{{"timestamp": {t}, "input_length": 5000000000000000000, "output_length": 1, '
+    trace.write_text("".join((line + '"hash_ids": [1]}}\n').format(t=t) for t in range(2)))
+    out = tmp_path / "elsewhere" / "run"
+    done = sweep_cli(tmp_path, f"trace={trace}", f"out_dir={out}")
+    assert_one_error_line(done, f"{trace}:2: input_length:")
+    assert not out.exists()
+
+
+def test_a_rejected_command_leaves_no_out_dir_outside_the_current_folder(
+    tmp_path: Path,
+) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    out = tmp_path / "runs" / "new"
+    done = sweep_cli(cwd, f"trace={tmp_path / 'missing.jsonl'}", f"out_dir={out}")
+    assert_one_error_line(done, "no such file")
+    assert not (tmp_path / "runs").exists()
