@@ -89,12 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(cfg: Any, argv: Sequence[str], started: float) -> int:
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     import prefixsim
 
+    from . import ranges
     from .app import run_sweep
-    from .config import to_sweep_config
+    from .config import GRID_KEYS, to_sweep_config
 
     try:
         sweep_cfg = to_sweep_config(cfg)
@@ -111,7 +111,7 @@ def _run(cfg: Any, argv: Sequence[str], started: float) -> int:
             sweep_cfg,
             command=["python", "-m", "sweep", *argv],
             overrides=overrides,
-            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+            config_yaml=ranges.to_yaml(cfg, GRID_KEYS),
             release_workers=True,
         )
     except prefixsim.PrefixSimError as err:

@@ -106,8 +106,11 @@ def register_configs() -> None:
     """Register the schema in Hydra's ConfigStore (``conf/config.yaml`` extends it)."""
     from hydra.core.config_store import ConfigStore
 
+    from . import ranges
+
     cs = ConfigStore.instance()
     cs.store(name="sweep_schema", node=SweepConfig)
+    ranges.register_resolver()
 
 
 def to_sweep_config(cfg: Any) -> SweepConfig:
@@ -135,8 +138,18 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
                 node[unknown[0]],
                 f"not a key of the sweep configuration (keys: {', '.join(known)})",
             )
+    from . import ranges
+
+    # A long range() stays one interpolation (sweep.ranges): expanded here, not as nodes.
+    expanded = {k: ranges.parse(t) for k, t in ranges.compact_keys(cfg, GRID_KEYS).items()}
+    if expanded:
+        cfg = cfg.copy()
+        for key in expanded:
+            cfg[key] = []
     if OmegaConf.get_type(cfg) is not SweepConfig:
         cfg = OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg)
     obj = OmegaConf.to_object(cfg)
     assert isinstance(obj, SweepConfig)
+    for key, values in expanded.items():
+        setattr(obj, key, values)
     return obj
