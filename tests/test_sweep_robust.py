@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,151 @@ def test_cfg_job_prints_a_grid_of_100000_capacities(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "capacity: ${sweep_range:1,100001,1}\n" in done.stdout
+
+
+# --- executors that break down ------------------------------------------------------------------
+
+# Loaded at start-up by every process of the sweep (it is on PYTHONPATH): a worker asked to
+# replay capacity $TEST_KILL_AT_CAPACITY kills itself as the system's OOM killer would.
+SITECUSTOMIZE = """
+import os
+if os.environ.get("TEST_KILL_AT_CAPACITY"):
+    import signal
+    import prefixsim
+    _real = prefixsim.replay_params
+    def _replay_params(trace, params, block_size, **kw):
+        if params.capacity == int(os.environ["TEST_KILL_AT_CAPACITY"]) and (
+            str(os.getpid()) != os.environ["TEST_MAIN_PID"]
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _real(trace, params, block_size, **kw)
+    prefixsim.replay_params = _replay_params
+"""
+
+
+def killing_sweep(tmp_path: Path, *args: str, kill_at: int, **env: str):  # type: ignore[no-untyped-def]
+    import prefixsim
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    src = Path(prefixsim.__file__).resolve().parents[1]
+    code = (
+        "import os, sys\nos.environ['TEST_MAIN_PID'] = str(os.getpid())\n"
+        "from sweep.__main__ import main\nsys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args, "plot=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={
+            **os.environ,
+            **env,
+            "PYTHONPATH": f"{site}{os.pathsep}{src}",
+            "TEST_KILL_AT_CAPACITY": str(kill_at),
+        },
+        check=False,
+    )
+
+
+def assert_one_failure_line(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line or "error:" in line]
+    assert len(errors) == 1, done.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+@pytest.mark.slow
+def test_a_killed_loky_worker_keeps_finished_points(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    out = tmp_path / "out"
+    args = [f"trace={small_trace}", "policy=S3FIFO", "capacity=100,200,300,400", f"out_dir={out}"]
+    done = killing_sweep(tmp_path, *args, "executor.n_jobs=2", "executor.batch_size=1", kill_at=400)
+    assert_one_failure_line(done, "a worker process was killed", "for want of memory")
+    doc = manifest(out)
+    assert doc["status"] == "failed" and "killed" in doc["error"]
+    kept = results(out).capacity.tolist()
+    assert 400 not in kept and doc["points"]["computed"] == len(kept)  # rebuilt from the parts
+    again = sweep_cli(tmp_path, *args, "executor.n_jobs=1")
+    assert again.returncode == 0, again.stderr
+    assert results(out).capacity.tolist() == [100, 200, 300, 400]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_workers_start_prints_no_worker_traceback(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+) -> None:
+    out = tmp_path / "out"
+    capacities = ",".join(str(c) for c in range(100, 900, 100))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweep", f"trace={small_trace}", "policy=S3FIFO",
+         f"capacity={capacities}", "executor.n_jobs=2", "executor.batch_size=1",
+         f"out_dir={out}", "plot=false"],
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    stderr = ""
+    try:
+        for text in proc.stderr:  # Ctrl-C at a terminal reaches the whole process group
+            stderr += text
+            if "running 8 points on loky" in text:
+                time.sleep(0.3)  # the workers are importing (they take about a second)
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        stderr += proc.stderr.read()
+        proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert manifest(out)["status"] == "interrupted"
+
+
+def test_an_unreachable_dask_scheduler_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    done = sweep_cli(
+        tmp_path, "executor=dask", "executor.address=tcp://127.0.0.1:1",
+        "executor.connect_timeout=1", "policy=LRU", "capacity=1024", f"out_dir={out}",
+    )  # fmt: skip
+    assert_one_error_line(done, "executor.address='tcp://127.0.0.1:1'", "within 1 s")
+    assert manifest(out)["status"] == "failed"
+
+
+def test_a_dask_cluster_lost_mid_sweep_keeps_finished_points(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    distributed = pytest.importorskip("distributed")
+    import sweep.app as app
+    from sweep.run import Plan
+
+    real = app.execute
+
+    def lose_the_cluster(plan, traces, ex, per_request, on_batch, client=None):  # type: ignore[no-untyped-def]
+        first = Plan([plan.batches[0]], 1, True, 1, 0.0)
+        real(first, traces, ex, per_request, on_batch)  # one batch finishes, then the loss
+        worker = types.SimpleNamespace(address="tcp://127.0.0.1:4321")
+        raise distributed.KilledWorker("run_batch-123", worker, 0)
+
+    monkeypatch.setattr(app, "execute", lose_the_cluster)
+    out = tmp_path / "out"
+    cfg = config(out, small_trace, executor=ExecutorConfig(n_jobs=2, batch_size=1), **GRID)
+    summary = run_sweep(cfg)
+    assert summary.exit_code == 1
+    assert summary.error is not None and summary.error.startswith("Dask lost the workers")
+    assert results(out).capacity.tolist() == [16]
+    doc = manifest(out)
+    assert doc["status"] == "failed" and doc["error"] == summary.error
+    assert "Traceback" in (out / "sweep.log").read_text()  # the details, for sweep.log only
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "1 point(s) finished and kept" in errors[0].getMessage()

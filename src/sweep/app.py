@@ -31,6 +31,7 @@ from .run import (
     Outcome,
     clear_local_traces,
     dask_client,
+    describe_failure,
     effective_workers,
     execute,
     plan_batches,
@@ -72,13 +73,15 @@ class SweepSummary:
     interrupted: bool = False
     rows: int = 0
     """Rows of results.parquet (every point computed in the run directory so far)."""
+    error: str | None = None
+    """Why the sweep stopped early (a killed worker, a lost Dask cluster), if it did."""
     seconds: float = 0.0
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
-        return EXIT_FAILED_POINTS if self.failures else EXIT_OK
+        return EXIT_FAILED_POINTS if self.failures or self.error else EXIT_OK
 
     @property
     def results_path(self) -> Path:
@@ -96,6 +99,8 @@ def validate_executor(ex: ExecutorConfig) -> None:
         raise ParameterError("executor.n_workers", ex.n_workers, "expected null or >= 1")
     if ex.threads_per_worker < 1:
         raise ParameterError("executor.threads_per_worker", ex.threads_per_worker, "expected >= 1")
+    if not ex.connect_timeout > 0:
+        raise ParameterError("executor.connect_timeout", ex.connect_timeout, "expected seconds > 0")
 
 
 def load_traces(names: Sequence[str]) -> tuple[dict[str, str], dict[str, Trace]]:
@@ -177,6 +182,15 @@ def _writes_to(run_dir: RunDir) -> Iterator[None]:
         yield
     except OSError as err:
         raise StoreError(f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}") from None
+
+
+def _log_traceback(run_dir: RunDir, err: BaseException) -> None:
+    """The full traceback of an executor failure, for sweep.log only (the terminal gets one
+    line)."""
+    import traceback
+
+    with contextlib.suppress(OSError), run_dir.log.open("a", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(err)))
 
 
 class _WriteFailed(Exception):
@@ -442,6 +456,8 @@ def _run_locked(
     by_id = {p.point_id: p for p in todo}
     written: set[str] = set()  # keys of the points in part files written by this run
     write_error: OSError | None = None
+    setup_error: prefixsim.PrefixSimError | None = None  # e.g. no Dask scheduler answered
+    executor_error: str | None = None  # a killed worker, a lost Dask cluster
     t_execute = math.nan
 
     def on_batch(batch: Batch, outcomes: list[Outcome]) -> None:
@@ -509,6 +525,11 @@ def _run_locked(
         summary.interrupted = True
     except _WriteFailed as err:
         write_error = err.error
+    except prefixsim.PrefixSimError as err:
+        setup_error = err
+    except Exception as err:  # the executor broke; what finished is kept and written below
+        executor_error = describe_failure(err)
+        _log_traceback(run_dir, err)
     finally:
         bar.close()
         if not math.isnan(t_execute):
@@ -540,7 +561,7 @@ def _run_locked(
     timings["total_seconds"] = summary.seconds
     if summary.interrupted:
         status = "interrupted"
-    elif summary.failures or write_error is not None:
+    elif summary.failures or write_error or setup_error or executor_error:
         status = "failed"
     else:
         status = "complete"
@@ -549,10 +570,11 @@ def _run_locked(
         if write_error is None
         else f"out_dir={str(run_dir.path)!r}: " + (describe_os_error(write_error))
     )
+    summary.error = error or (str(setup_error) if setup_error else None) or executor_error
     # A second Ctrl-C or a TERM waits until the manifest is written: it never stays "running".
     with _signals_deferred():
         try:
-            run_dir.write_manifest({**manifest(status), "error": error})
+            run_dir.write_manifest({**manifest(status), "error": summary.error})
         except OSError as err:
             write_error = write_error or err
             error = error or f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}"
@@ -562,6 +584,18 @@ def _run_locked(
             f"{error}; {summary.computed} point(s) finished and kept, {len(todo)} planned; make "
             "room or choose another out_dir, then run the same command again to finish"
         )
+    if setup_error is not None:
+        raise setup_error
+    if executor_error is not None:
+        log.error(
+            "%s; %d point(s) finished and kept in %s, %d missing; run the same command again "
+            "to compute them",
+            executor_error,
+            summary.computed,
+            run_dir.results,
+            len(todo) - summary.computed,
+        )
+        return summary
 
     per_request = f" and {run_dir.per_request}" if run_dir.per_request.exists() else ""
     log.info(

@@ -53,6 +53,8 @@ class ExecutorConfig:
     """Points per task; null = chosen from the grid and the trace sizes."""
     address: str | None = None
     """Dask scheduler address (``tcp://host:8786``); null starts a local cluster."""
+    connect_timeout: float = 10.0
+    """Seconds to wait for the Dask scheduler at ``address`` before giving up."""
     n_workers: int | None = None
     """Workers of the local Dask cluster; null = ``n_jobs`` if positive, else all cores."""
     threads_per_worker: int = 1

@@ -306,7 +306,16 @@ def dask_client(ex: ExecutorConfig) -> Iterator[Any]:
     with ExitStack() as stack:
         stack.enter_context(_quiet("distributed"))
         if ex.address:
-            client = stack.enter_context(Client(ex.address, set_as_default=False))
+            try:
+                client = stack.enter_context(
+                    Client(ex.address, set_as_default=False, timeout=ex.connect_timeout)
+                )
+            except (OSError, TimeoutError, ValueError) as err:
+                raise prefixsim.PrefixSimError(
+                    f"executor.address={ex.address!r}: no Dask scheduler answered within "
+                    f"{ex.connect_timeout:g} s ({type(err).__name__}); start it, check the "
+                    "address, or raise executor.connect_timeout"
+                ) from None
         else:
             n_workers = ex.n_workers or (ex.n_jobs if ex.n_jobs > 0 else None)
             cluster = stack.enter_context(
@@ -321,6 +330,34 @@ def dask_client(ex: ExecutorConfig) -> Iterator[Any]:
         yield client
 
 
+def describe_failure(err: BaseException) -> str:
+    """One line for an executor that broke down mid-sweep, naming the likely cause."""
+    import re
+
+    name = type(err).__name__
+    try:
+        message = str(err)
+    except Exception:  # some exceptions cannot describe themselves
+        message = ""
+    text = (message.strip().splitlines() or [""])[0]
+    if name == "TerminatedWorkerError":
+        codes = re.search(r"exit codes of the workers are \{([^}]*)\}", message)
+        how = f" (exit {codes.group(1)})" if codes else ""
+        return (
+            f"a worker process was killed{how}, most likely by the system for want of memory; "
+            "use fewer workers (executor.n_jobs) or more memory"
+        )
+    if name == "KilledWorker":
+        return (
+            "Dask lost the workers running a task (killed, out of memory, or their machine went "
+            f"away): {text}"
+        )
+    module = type(err).__module__ or ""
+    if module.startswith(("distributed", "tornado")) or name in ("CancelledError", "TimeoutError"):
+        return f"the Dask cluster went away mid-sweep ({name}: {text})"
+    return f"the executor failed ({name}: {text})"
+
+
 def release_loky_workers() -> None:
     """Stop loky's reusable worker processes now. Left alone, they idle until the interpreter
     exits, which then waits about a second for them to shut down; killing idle workers is
@@ -332,6 +369,26 @@ def release_loky_workers() -> None:
     executor = getattr(reusable_executor, "_executor", None)
     if executor is not None:
         executor.shutdown(wait=True, kill_workers=True)
+
+
+@contextmanager
+def _children_immune_to_ctrl_c() -> Iterator[None]:
+    """Start worker processes with SIGINT ignored: an ignored signal stays ignored in a child,
+    through exec (a handler or a blocked mask does not). Ctrl-C reaches the whole process
+    group, and a worker still importing would print a KeyboardInterrupt traceback; the sweep's
+    own process handles Ctrl-C and stops the workers (by SIGTERM, which they keep). The window
+    is the start of the workers (about 0.1 s): a Ctrl-C inside it is lost, press it again."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
@@ -386,7 +443,8 @@ def execute(
             category=UserWarning,
         )
         parallel = joblib.Parallel(return_as="generator_unordered", batch_size=1)
-        results = parallel(calls)
+        with _children_immune_to_ctrl_c():
+            results = parallel(calls)  # starts the workers and dispatches the first batches
         try:
             for outcomes in results:
                 on_batch(by_first_id[outcomes[0].point_id], outcomes)
