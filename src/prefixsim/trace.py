@@ -277,7 +277,9 @@ def _non_blank_lines(body: bytes) -> _Lines:
         ws = (chunk == 0x20) | (chunk == 0x09) | (chunk == 0x0D) | (chunk == 0x0A)
         keep = np.flatnonzero(~np.logical_and.reduceat(ws, line_starts))
         opening = (chunk == 0x7B) | (chunk == 0x5B)
-        max_open = max(max_open, int(np.add.reduceat(opening, line_starts, dtype=np.int64).max()))
+        if np.count_nonzero(opening) > _MAX_OPEN_PER_LINE:  # else no line can have more
+            per_line = np.add.reduceat(opening, line_starts, dtype=np.int64)
+            max_open = max(max_open, int(per_line.max()))
         numbers.append(first_line + keep)
         starts.append(pos + line_starts[keep])
         ends.append(pos + line_ends[keep])

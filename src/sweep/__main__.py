@@ -6,9 +6,11 @@ The arguments go through :func:`sweep.argv.rewrite_argv` (grid sweeps into list 
 Hydra's own grammar), then through ``hydra.main`` (composition, ``--help``, ``--cfg job``, type
 checking against the structured config), then :func:`sweep.app.run_sweep` runs the grid.
 
-Exit status: 0 done; 1 some points failed (the others are written) or Hydra rejected the
-configuration; 2 a parameter the engine rejects, an unreadable trace, a run directory in use;
-130 interrupted (finished points are kept).
+Exit status: 0 done; 1 some points failed (the others are written), a worker or the Dask
+cluster was lost (finished points are written), or Hydra rejected the configuration; 2 a
+parameter the engine rejects, an unreadable trace, a run directory in use or that cannot be
+written (a file in the way, a read-only mount, a full disk), an unreachable Dask scheduler;
+130 interrupted (finished points are kept). See the README's table.
 """
 
 from __future__ import annotations
