@@ -7,7 +7,7 @@ its name or mtime, so a renamed or touched file still hits and a changed byte mi
 
 The cache is an optimisation only: a missing, unreadable, corrupt or stale entry is ignored (the
 caller re-parses and rewrites it), and a cache directory that cannot be written is not an error.
-An entry stores a sha256 of its arrays and scalars (``checksum``), verified on every load: an
+An entry stores a CRC-32 of its arrays and scalars (``checksum``), verified on every load: an
 entry whose contents were altered, even into another well-formed trace, is re-parsed, never
 used. Anything at an entry's path that is not a regular file (a FIFO, a device) is ignored
 without being read.
@@ -16,11 +16,11 @@ without being read.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import stat
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ def load(key: str) -> dict[str, Any] | None:
             fields: dict[str, Any] = {name: npz[name] for name in _ARRAY_DTYPES}
             fields["sha256"] = npz["sha256"].item()
             fields["n_blocks"] = int(npz["n_blocks"])
-            stored_checksum = npz["checksum"].item()
+            stored_checksum = int(npz["checksum"])
     except Exception:  # missing, unreadable, truncated, not a zip, a member missing: re-parse
         return None
     if not _is_consistent(fields) or stored_checksum != _checksum(key, fields):
@@ -88,16 +88,18 @@ def _open_regular(path: Path) -> Any:
         raise
 
 
-def _checksum(key: str, fields: dict[str, Any]) -> str:
-    """sha256 over everything an entry holds (arrays with their dtype and length, in a fixed
-    order): detects any altered byte at about 1 ms per MB of entry, far below a parse."""
-    h = hashlib.sha256()
-    h.update(f"{FORMAT_VERSION}\0{key}\0{fields['sha256']}\0{int(fields['n_blocks'])}".encode())
+def _checksum(key: str, fields: dict[str, Any]) -> int:
+    """CRC-32 over everything an entry holds (arrays with their dtype and length, in a fixed
+    order). It detects damage and edits, not forgery (whoever can write the cache can write a
+    matching checksum); CRC-32 is three times cheaper than sha256 here, about 0.4 ms for the
+    bundled trace's 1.6 MB of arrays against a parse of hundreds of ms."""
+    header = f"{FORMAT_VERSION}\0{key}\0{fields['sha256']}\0{int(fields['n_blocks'])}"
+    crc = zlib.crc32(header.encode())
     for name, dtype in _ARRAY_DTYPES.items():
         a = np.ascontiguousarray(fields[name], dtype=dtype)
-        h.update(f"\0{name}:{a.dtype.str}:{len(a)}\0".encode())
-        h.update(a.view(np.uint8).data)
-    return h.hexdigest()
+        crc = zlib.crc32(f"\0{name}:{a.dtype.str}:{len(a)}\0".encode(), crc)
+        crc = zlib.crc32(a.view(np.uint8).data, crc)
+    return crc
 
 
 def store(key: str, trace: Any) -> None:
@@ -119,7 +121,7 @@ def store(key: str, trace: Any) -> None:
                 key=np.str_(key),
                 sha256=np.str_(trace.sha256),
                 n_blocks=np.int64(trace.n_blocks),
-                checksum=np.str_(checksum),
+                checksum=np.uint32(checksum),
                 **arrays,
             )
         os.replace(tmp, path)
