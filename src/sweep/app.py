@@ -292,7 +292,10 @@ def run_sweep(
     executor setting, an unreadable trace, a run directory in use) raises a
     :class:`prefixsim.PrefixSimError` before the first replay. A point that fails while running
     is reported in the summary (and the manifest), the others are written. Ctrl-C or SIGTERM
-    stop the sweep: finished batches are kept, and the same command resumes it.
+    stop the sweep: finished batches are kept, and the same command resumes it. A worker or a
+    Dask cluster lost mid-sweep ends it with ``summary.error`` set (exit code 1), finished
+    points written; a write that fails (a full disk) raises :class:`~sweep.store.StoreError`
+    once the finished batches are kept and the manifest says ``failed``.
 
     ``command``, ``overrides`` and ``config_yaml`` are recorded in the run directory;
     ``release_workers`` stops loky's worker processes once the replays are done (a one-shot
