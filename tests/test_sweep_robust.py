@@ -452,3 +452,21 @@ def test_a_dask_cluster_lost_mid_sweep_keeps_finished_points(
     assert "Traceback" in (out / "sweep.log").read_text()  # the details, for sweep.log only
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "1 point(s) finished and kept" in errors[0].getMessage()
+
+
+@pytest.mark.slow
+def test_a_dask_worker_killed_mid_sweep_is_one_line_not_a_hang(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+) -> None:
+    pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    done = killing_sweep(
+        tmp_path, f"trace={small_trace}", "policy=S3FIFO", "capacity=100,200,300",
+        "executor=dask", "executor.n_workers=2", "executor.batch_size=1", f"out_dir={out}",
+        kill_at=300, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0",
+    )  # fmt: skip
+    # Before: joblib's Dask backend never heard of the failed task and waited forever.
+    assert_one_failure_line(done, "Dask lost the workers")
+    assert manifest(out)["status"] == "failed"
+    assert 300 not in results(out).capacity.tolist()

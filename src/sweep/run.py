@@ -16,6 +16,7 @@ deterministic replay, and rows are ordered by point_id when written.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -304,7 +305,8 @@ def dask_client(ex: ExecutorConfig) -> Iterator[Any]:
             "executor=dask needs the dask and distributed packages: pip install 'prefixsim[dask]'"
         ) from None
     with ExitStack() as stack:
-        stack.enter_context(_quiet("distributed"))
+        # CRITICAL: a lost worker is one line of the sweep's, not a dozen of the scheduler's
+        stack.enter_context(_quiet("distributed", logging.CRITICAL))
         if ex.address:
             try:
                 client = stack.enter_context(
@@ -392,16 +394,53 @@ def _children_immune_to_ctrl_c() -> Iterator[None]:
 
 
 @contextmanager
-def _quiet(name: str) -> Iterator[None]:
+def _quiet(name: str, level: int = logging.WARNING) -> Iterator[None]:
     """Keep a chatty library's INFO messages (cluster start and stop) out of the sweep's log."""
     logger = logging.getLogger(name)
     previous = logger.level
-    if logger.getEffectiveLevel() < logging.WARNING:
-        logger.setLevel(logging.WARNING)
+    if logger.getEffectiveLevel() < level:
+        logger.setLevel(level)
     try:
         yield
     finally:
         logger.setLevel(previous)
+
+
+def _execute_on_dask(
+    plan: Plan,
+    traces: dict[str, Trace],
+    per_request: bool,
+    on_batch: Callable[[Batch, list[Outcome]], None],
+    client: Any,
+) -> None:
+    """The batches as Dask futures, at most ``plan.workers`` in flight, the traces scattered
+    once. Not through joblib's Dask backend: when a worker dies under a task, the scheduler
+    fails the task (``KilledWorker``) but joblib's generator never hears of it and waits
+    forever; a future raises the error, and the sweep reports it."""
+    from distributed import as_completed
+
+    scattered = {sha: client.scatter(t, broadcast=True) for sha, t in traces.items()}
+    pending = iter(plan.batches)
+    batch_of: dict[Any, Batch] = {}
+
+    def submit(batch: Batch) -> Any:
+        future = client.submit(
+            run_batch, scattered[batch.trace_sha256], batch.items(), per_request, pure=False
+        )
+        batch_of[future] = batch
+        return future
+
+    first = [submit(b) for b in itertools.islice(pending, plan.workers)]
+    running = as_completed(first, loop=client.loop)  # not the default client: this one
+    try:
+        for future in running:
+            outcomes = future.result()  # raises what killed the task (KilledWorker, ...)
+            on_batch(batch_of.pop(future), outcomes)
+            following = next(pending, None)
+            if following is not None:
+                running.add(submit(following))
+    finally:
+        client.cancel(list(batch_of))
 
 
 def execute(
@@ -417,6 +456,9 @@ def execute(
     if plan.in_process:
         for batch in plan.batches:
             on_batch(batch, run_batch(traces[batch.trace_sha256], batch.items(), per_request))
+        return
+    if ex.backend == Backend.dask and client is not None:
+        _execute_on_dask(plan, traces, per_request, on_batch, client)
         return
     import joblib
 
