@@ -7,6 +7,10 @@ its name or mtime, so a renamed or touched file still hits and a changed byte mi
 
 The cache is an optimisation only: a missing, unreadable, corrupt or stale entry is ignored (the
 caller re-parses and rewrites it), and a cache directory that cannot be written is not an error.
+An entry stores a CRC-32 of its arrays and scalars (``checksum``), verified on every load: an
+entry whose contents were altered, even into another well-formed trace, is re-parsed, never
+used. Anything at an entry's path that is not a regular file (a FIFO, a device) is ignored
+without being read.
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = "prefixsim-trace-cache-1"
+FORMAT_VERSION = "prefixsim-trace-cache-2"
 """Bump whenever the parser's output or this file layout changes: old entries are then ignored."""
 
 _ARRAY_DTYPES: dict[str, np.dtype] = {
@@ -54,15 +60,46 @@ def load(key: str) -> dict[str, Any] | None:
     """The trace fields (all but ``name``) cached under ``key``, or None on any problem."""
     try:
         # Our own file object: np.load leaks the one it opens when the zip directory is bad.
-        with cache_path(key).open("rb") as f, np.load(f, allow_pickle=False) as npz:
+        with _open_regular(cache_path(key)) as f, np.load(f, allow_pickle=False) as npz:
             if npz["format"].item() != FORMAT_VERSION or npz["key"].item() != key:
                 return None
             fields: dict[str, Any] = {name: npz[name] for name in _ARRAY_DTYPES}
             fields["sha256"] = npz["sha256"].item()
             fields["n_blocks"] = int(npz["n_blocks"])
+            stored_checksum = int(npz["checksum"])
     except Exception:  # missing, unreadable, truncated, not a zip, a member missing: re-parse
         return None
-    return fields if _is_consistent(fields) else None
+    if not _is_consistent(fields) or stored_checksum != _checksum(key, fields):
+        return None
+    return fields
+
+
+def _open_regular(path: Path) -> Any:
+    """``path`` opened for reading, or OSError when it is not a regular file. Opened without
+    blocking (a FIFO would wait for a writer forever) and checked on the open descriptor."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _checksum(key: str, fields: dict[str, Any]) -> int:
+    """CRC-32 over everything an entry holds (arrays with their dtype and length, in a fixed
+    order). It detects damage and edits, not forgery (whoever can write the cache can write a
+    matching checksum); CRC-32 is three times cheaper than sha256 here, about 0.4 ms for the
+    bundled trace's 1.6 MB of arrays against a parse of hundreds of ms."""
+    header = f"{FORMAT_VERSION}\0{key}\0{fields['sha256']}\0{int(fields['n_blocks'])}"
+    crc = zlib.crc32(header.encode())
+    for name, dtype in _ARRAY_DTYPES.items():
+        a = np.ascontiguousarray(fields[name], dtype=dtype)
+        crc = zlib.crc32(f"\0{name}:{a.dtype.str}:{len(a)}\0".encode(), crc)
+        crc = zlib.crc32(a.view(np.uint8).data, crc)
+    return crc
 
 
 def store(key: str, trace: Any) -> None:
@@ -70,6 +107,7 @@ def store(key: str, trace: Any) -> None:
     for an unwritable cache directory."""
     path = cache_path(key)
     arrays = {name: getattr(trace, name) for name in _ARRAY_DTYPES}
+    checksum = _checksum(key, {**arrays, "sha256": trace.sha256, "n_blocks": trace.n_blocks})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
@@ -83,6 +121,7 @@ def store(key: str, trace: Any) -> None:
                 key=np.str_(key),
                 sha256=np.str_(trace.sha256),
                 n_blocks=np.int64(trace.n_blocks),
+                checksum=np.uint32(checksum),
                 **arrays,
             )
         os.replace(tmp, path)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from ._exact import exact_sum
 from .errors import ParameterError
 from .policies import get_policy
 from .policies.base import check_int
@@ -281,7 +282,7 @@ class LRUCurve:
 
     @property
     def total_prompt_tokens(self) -> int:
-        return int(self.prompt_tokens.sum())
+        return exact_sum(self.prompt_tokens)
 
     @property
     def overall_hit_rate(self) -> np.ndarray:
@@ -412,11 +413,11 @@ class Ceiling:
 
     @property
     def total_hit_tokens(self) -> int:
-        return int(self.hit_tokens.sum())
+        return exact_sum(self.hit_tokens)
 
     @property
     def total_prompt_tokens(self) -> int:
-        return int(self.prompt_tokens.sum())
+        return exact_sum(self.prompt_tokens)
 
     @property
     def overall_hit_rate(self) -> float:

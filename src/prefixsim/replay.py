@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._exact import exact_sum
 from .errors import ParameterError
 from .policies import PolicyParams, get_policy
 from .policies.base import check_int
@@ -79,11 +80,11 @@ class ReplayResult:
 
     @property
     def total_hit_tokens(self) -> int:
-        return int(self.hit_tokens.sum())
+        return exact_sum(self.hit_tokens)
 
     @property
     def total_prompt_tokens(self) -> int:
-        return int(self.prompt_tokens.sum())
+        return exact_sum(self.prompt_tokens)
 
     @property
     def overall_hit_rate(self) -> float:

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from . import _trace_cache
+from ._exact import INT64_MAX, exact_sum, first_running_total_over
 from .errors import ParameterError, TraceError
 
 BUNDLED_TRACES: dict[str, str] = {"conversation": "conversation.jsonl.gz"}
@@ -63,6 +65,9 @@ class Trace:
     """Number of distinct hash ids."""
     line_numbers: np.ndarray = field(repr=False)  # int64, 1-based file line of each request
 
+    def __post_init__(self) -> None:
+        _check_total_prompt_tokens(self)
+
     @property
     def n_requests(self) -> int:
         return len(self.input_lengths)
@@ -77,7 +82,28 @@ class Trace:
 
     @property
     def total_prompt_tokens(self) -> int:
-        return int(self.input_lengths.sum())
+        return exact_sum(self.input_lengths)
+
+
+def _check_total_prompt_tokens(trace: Trace) -> None:
+    """Refuse a trace whose ``input_length`` values sum past ``2**63 - 1``.
+
+    Every total the engine reports is bounded by this sum (a request's hit tokens are clamped to
+    its ``input_length``; the LRU curve's partial sums are sums of hit tokens), so with it in
+    int64 no total, counter or Parquet column can wrap around. Each value alone may be up to
+    ``2**63 - 1``: only the sum is the problem, and it is checked exactly.
+    """
+    if exact_sum(trace.input_lengths) <= INT64_MAX:
+        return
+    i = first_running_total_over(trace.input_lengths)
+    line = int(trace.line_numbers[i]) if i is not None and i < len(trace.line_numbers) else None
+    raise TraceError(
+        trace.name,
+        "the input_length values of the requests up to this line sum to more than "
+        "2**63 - 1 tokens; totals must fit in a 64-bit integer",
+        line=line,
+        field="input_length",
+    )
 
 
 def bundled_trace_path(name: str) -> Path:
@@ -147,21 +173,46 @@ def load_trace(path_or_name: str | os.PathLike[str], *, use_cache: bool = True) 
 
 
 def _read_bytes(path: Path, display: str) -> bytes:
+    """The file's bytes. Only a regular file is read: a FIFO would block forever and a device
+    such as ``/dev/zero`` never ends, so they are refused without reading (opened non-blocking,
+    checked on the open descriptor, so a file swapped after a check is not read either)."""
+    expected = "expected a Mooncake JSONL trace file (plain or gzip)"
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         bundled = ", ".join(BUNDLED_TRACES)
         raise TraceError(
-            display,
-            "no such file; expected a Mooncake JSONL trace file (plain or gzip) "
-            f"or a bundled trace name ({bundled})",
+            display, f"no such file; {expected} or a bundled trace name ({bundled})"
         ) from None
     except IsADirectoryError:
-        raise TraceError(
-            display, "is a directory; expected a Mooncake JSONL trace file (plain or gzip)"
-        ) from None
+        raise TraceError(display, f"is a directory; {expected}") from None
     except OSError as e:
         raise TraceError(display, f"cannot read the file: {e.strerror or e}") from e
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceError(display, f"is a directory; {expected}")
+        if not stat.S_ISREG(mode):
+            raise TraceError(display, f"is not a regular file ({_file_kind(mode)}); {expected}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # owned by f now
+            return f.read()
+    except OSError as e:
+        raise TraceError(display, f"cannot read the file: {e.strerror or e}") from e
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def _gunzip(raw: bytes, display: str) -> bytes:
@@ -176,8 +227,69 @@ def _gunzip(raw: bytes, display: str) -> bytes:
 def _parse_jsonl(data: bytes, display: str) -> dict[str, Any]:
     """The :class:`Trace` fields but ``name`` and ``sha256`` from uncompressed JSONL bytes."""
     body = data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
-    fields = _parse_fast(body)
-    return fields if fields is not None else _parse_slow(body, display)
+    lines = _non_blank_lines(body)
+    fields = _parse_fast(body, lines)
+    return fields if fields is not None else _parse_slow(body, display, lines)
+
+
+_SCAN_CHUNK = 1 << 18
+"""Bytes scanned at a time by :func:`_non_blank_lines`: its temporary arrays (about 8 bytes per
+line of a chunk) stay bounded however many blank lines the file has."""
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """The non-blank lines of a body (blank: only spaces, tabs and carriage returns)."""
+
+    numbers: np.ndarray  # int64, 1-based line numbers
+    starts: np.ndarray  # int64, offset of each line's first byte
+    ends: np.ndarray  # int64, offset one past its last byte (its newline, or the end)
+    longest: int
+    """Length of the longest line of the body, blank or not."""
+    max_open: int
+    """Most ``{`` and ``[`` on one line."""
+
+
+def _non_blank_lines(body: bytes) -> _Lines:
+    """Find the non-blank lines, a chunk of whole lines at a time, so that blank lines cost time
+    and memory in proportion to their bytes (only non-blank lines are kept)."""
+    arr = np.frombuffer(body, dtype=np.uint8)
+    n = len(arr)
+    numbers, starts, ends = [], [], []
+    longest = max_open = 0
+    pos, first_line = 0, 1
+    while pos < n:
+        stop = min(n, pos + _SCAN_CHUNK)
+        if stop < n:  # end the chunk after a newline (or after the line that is longer)
+            cut = body.rfind(b"\n", pos, stop)
+            if cut < 0:
+                cut = body.find(b"\n", stop)
+            stop = n if cut < 0 else cut + 1
+        chunk = arr[pos:stop]
+        newlines = np.flatnonzero(chunk == 0x0A)
+        line_starts = np.concatenate(([0], newlines + 1))
+        line_ends = np.concatenate((newlines, [len(chunk)]))
+        if chunk[-1] == 0x0A:  # the empty "line" after the last newline starts the next chunk
+            line_starts, line_ends = line_starts[:-1], line_ends[:-1]
+        longest = max(longest, int((line_ends - line_starts).max()))
+        # Each segment [start_i, start_i+1) is a line plus its newline: never empty, as
+        # ufunc.reduceat needs.
+        ws = (chunk == 0x20) | (chunk == 0x09) | (chunk == 0x0D) | (chunk == 0x0A)
+        keep = np.flatnonzero(~np.logical_and.reduceat(ws, line_starts))
+        opening = (chunk == 0x7B) | (chunk == 0x5B)
+        if np.count_nonzero(opening) > _MAX_OPEN_PER_LINE:  # else no line can have more
+            per_line = np.add.reduceat(opening, line_starts, dtype=np.int64)
+            max_open = max(max_open, int(per_line.max()))
+        numbers.append(first_line + keep)
+        starts.append(pos + line_starts[keep])
+        ends.append(pos + line_ends[keep])
+        first_line += len(newlines)
+        pos = stop
+
+    def joined(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    return _Lines(joined(numbers), joined(starts), joined(ends), longest, max_open)
 
 
 def _columns(
@@ -207,7 +319,7 @@ def _columns(
 # -- fast path: pyarrow ------------------------------------------------------------------------
 
 
-def _parse_fast(body: bytes) -> dict[str, Any] | None:
+def _parse_fast(body: bytes, lines: _Lines | None = None) -> dict[str, Any] | None:
     """Parse with pyarrow, or None if the exact path must decide.
 
     pyarrow silently accepts several things the format does not (two objects on one line, one
@@ -224,12 +336,11 @@ def _parse_fast(body: bytes) -> dict[str, Any] | None:
     # pyarrow takes NaN, Inf and Infinity (signed) as numbers, even in ignored keys.
     if (b"N" in body or b"I" in body) and (b"NaN" in body or b"Inf" in body):
         return None
-    lines = _request_lines(body)
     if lines is None:
+        lines = _non_blank_lines(body)
+    if len(lines.numbers) == 0 or not _one_object_per_line(body, lines):
         return None
-    line_numbers, longest = lines
-    if len(line_numbers) == 0:
-        return None
+    line_numbers, longest = lines.numbers, lines.longest
 
     import pyarrow as pa
     import pyarrow.json as pa_json
@@ -294,42 +405,28 @@ def _as_numpy(array: Any, dtype: type[np.generic]) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=offset)
 
 
-def _request_lines(body: bytes) -> tuple[np.ndarray, int] | None:
-    """1-based numbers of the non-blank lines and the longest line's length, or None unless
-    every non-blank line (JSON whitespace stripped) starts with ``{`` and ends with ``}``.
+def _one_object_per_line(body: bytes, lines: _Lines) -> bool:
+    """Whether every non-blank line (JSON whitespace stripped) starts with ``{`` and ends with
+    ``}``, with at most :data:`_MAX_OPEN_PER_LINE` openings.
 
     With that, and pyarrow's row count equal to the number of such lines, each line holds exactly
     one object: a string cannot span lines (raw control characters are rejected), and a ``{``
     cannot follow a ``}`` inside an unfinished object, so every line ends a top-level value.
     """
+    if lines.max_open > _MAX_OPEN_PER_LINE:
+        return False
     arr = np.frombuffer(body, dtype=np.uint8)
-    newlines = np.flatnonzero(arr == 0x0A)
-    starts = np.concatenate(([0], newlines + 1))
-    ends = np.concatenate((newlines, [len(arr)]))
-    nonempty = np.flatnonzero(ends > starts)
-    first = arr[starts[nonempty]]
-    last_at = ends[nonempty] - 1
+    first = arr[lines.starts]
+    last_at = lines.ends - 1
     # One "\r" before the newline (CRLF): look one byte further back.
-    crlf = (arr[last_at] == 0x0D) & (last_at > starts[nonempty])
+    crlf = (arr[last_at] == 0x0D) & (last_at > lines.starts)
     last = arr[last_at - crlf]
     plain = (first == 0x7B) & (last == 0x7D)
-    requests = nonempty[plain]
-    others = []
-    for i in nonempty[~plain].tolist():  # blank lines, indentation, trailing spaces, or junk
-        text = body[starts[i] : ends[i]].strip(_JSON_WS)
-        if not text:
-            continue
+    for i in np.flatnonzero(~plain).tolist():  # indentation, trailing spaces, or junk
+        text = body[lines.starts[i] : lines.ends[i]].strip(_JSON_WS)
         if text[:1] != b"{" or text[-1:] != b"}":
-            return None
-        others.append(i)
-    if others:
-        requests = np.sort(np.concatenate((requests, np.array(others, dtype=np.int64))))
-    is_opening = (arr == 0x7B) | (arr == 0x5B)
-    if np.count_nonzero(is_opening) > 2 * len(requests):
-        opening = np.flatnonzero(is_opening)
-        if np.bincount(np.searchsorted(newlines, opening)).max() > _MAX_OPEN_PER_LINE:
-            return None
-    return requests + 1, int((ends - starts).max())
+            return False
+    return True
 
 
 def _dense_ids(flat: np.ndarray) -> tuple[np.ndarray, int]:
@@ -402,7 +499,7 @@ _HUGE_INT_DECODER = json.JSONDecoder(
 )
 
 
-def _parse_slow(body: bytes, display: str) -> dict[str, Any]:
+def _parse_slow(body: bytes, display: str, lines: _Lines | None = None) -> dict[str, Any]:
     """Exact reference parser: the first invalid line raises :class:`TraceError`."""
     timestamps: list[float] = []
     input_lengths: list[int] = []
@@ -410,10 +507,11 @@ def _parse_slow(body: bytes, display: str) -> dict[str, Any]:
     lengths: list[int] = []
     hash_ids: list[int] = []
     line_numbers: list[int] = []
-    for line_number, line in enumerate(body.split(b"\n"), start=1):
-        if not line.strip(_JSON_WS):
-            continue
-        obj = _decode_line(line, display, line_number)
+    if lines is None:
+        lines = _non_blank_lines(body)
+    spans = zip(lines.numbers.tolist(), lines.starts.tolist(), lines.ends.tolist(), strict=True)
+    for line_number, start, end in spans:
+        obj = _decode_line(body[start:end], display, line_number)
         ts, n_in, n_out, ids = _check_request(obj, display, line_number)
         timestamps.append(ts)
         input_lengths.append(n_in)

@@ -6,9 +6,11 @@ The arguments go through :func:`sweep.argv.rewrite_argv` (grid sweeps into list 
 Hydra's own grammar), then through ``hydra.main`` (composition, ``--help``, ``--cfg job``, type
 checking against the structured config), then :func:`sweep.app.run_sweep` runs the grid.
 
-Exit status: 0 done; 1 some points failed (the others are written) or Hydra rejected the
-configuration; 2 a parameter the engine rejects, an unreadable trace, a run directory in use;
-130 interrupted (finished points are kept).
+Exit status: 0 done; 1 some points failed (the others are written), a worker or the Dask
+cluster was lost (finished points are written), or Hydra rejected the configuration; 2 a
+parameter the engine rejects, an unreadable trace, a run directory in use or that cannot be
+written (a file in the way, a read-only mount, a full disk), an unreachable Dask scheduler;
+130 interrupted (finished points are kept). See the README's table.
 """
 
 from __future__ import annotations
@@ -98,12 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(cfg: Any, argv: Sequence[str], started: float) -> int:
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     import prefixsim
 
+    from . import ranges
     from .app import run_sweep
-    from .config import to_sweep_config
+    from .config import GRID_KEYS, to_sweep_config
 
     try:
         sweep_cfg = to_sweep_config(cfg)
@@ -120,7 +122,7 @@ def _run(cfg: Any, argv: Sequence[str], started: float) -> int:
             sweep_cfg,
             command=["python", "-m", "sweep", *argv],
             overrides=overrides,
-            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+            config_yaml=ranges.to_yaml(cfg, GRID_KEYS),
             release_workers=True,
         )
     except prefixsim.PrefixSimError as err:

@@ -33,6 +33,7 @@ from .run import (
     Outcome,
     clear_local_traces,
     dask_client,
+    describe_failure,
     effective_workers,
     execute,
     plan_batches,
@@ -45,7 +46,9 @@ from .store import (
     PART_LIST_COLUMNS,
     PART_SCHEMA,
     RunDir,
+    StoreError,
     atomic_write_text,
+    describe_os_error,
     part_list_name,
 )
 
@@ -74,13 +77,15 @@ class SweepSummary:
     interrupted: bool = False
     rows: int = 0
     """Rows of results.parquet (every point computed in the run directory so far)."""
+    error: str | None = None
+    """Why the sweep stopped early (a killed worker, a lost Dask cluster), if it did."""
     seconds: float = 0.0
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
-        return EXIT_FAILED_POINTS if self.failures else EXIT_OK
+        return EXIT_FAILED_POINTS if self.failures or self.error else EXIT_OK
 
     @property
     def results_path(self) -> Path:
@@ -98,6 +103,8 @@ def validate_executor(ex: ExecutorConfig) -> None:
         raise ParameterError("executor.n_workers", ex.n_workers, "expected null or >= 1")
     if ex.threads_per_worker < 1:
         raise ParameterError("executor.threads_per_worker", ex.threads_per_worker, "expected >= 1")
+    if not ex.connect_timeout > 0:
+        raise ParameterError("executor.connect_timeout", ex.connect_timeout, "expected seconds > 0")
 
 
 def load_traces(names: Sequence[str]) -> tuple[dict[str, str], dict[str, Trace]]:
@@ -220,6 +227,57 @@ def _cost_columns(
 
 
 @contextlib.contextmanager
+def _writes_to(run_dir: RunDir) -> Iterator[None]:
+    """A failed write before any replay (out of space, read-only) is a one-line StoreError."""
+    try:
+        yield
+    except OSError as err:
+        raise StoreError(f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}") from None
+
+
+def _log_traceback(run_dir: RunDir, err: BaseException) -> None:
+    """The full traceback of an executor failure, for sweep.log only (the terminal gets one
+    line)."""
+    import traceback
+
+    with contextlib.suppress(OSError), run_dir.log.open("a", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(err)))
+
+
+class _WriteFailed(Exception):
+    """A part file could not be written (``error``): the sweep stops, keeping what it wrote."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM (noted, not raised) during a short write that must finish: the
+    sweep is stopping already, and a half-done final step would leave the directory claiming a
+    state it is not in. (Python handlers, not a blocked mask: any thread may take a signal.)"""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if received:
+            log.warning("a stop signal arrived while the manifest was written; it is written")
+
+
+@contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops the sweep like Ctrl-C (finished batches are kept)."""
     import threading
@@ -285,7 +343,10 @@ def run_sweep(
     executor setting, an unreadable trace, a run directory in use) raises a
     :class:`prefixsim.PrefixSimError` before the first replay. A point that fails while running
     is reported in the summary (and the manifest), the others are written. Ctrl-C or SIGTERM
-    stop the sweep: finished batches are kept, and the same command resumes it.
+    stop the sweep: finished batches are kept, and the same command resumes it. A worker or a
+    Dask cluster lost mid-sweep ends it with ``summary.error`` set (exit code 1), finished
+    points written; a write that fails (a full disk) raises :class:`~sweep.store.StoreError`
+    once the finished batches are kept and the manifest says ``failed``.
 
     ``command``, ``overrides`` and ``config_yaml`` are recorded in the run directory;
     ``release_workers`` stops loky's worker processes once the replays are done (a one-shot
@@ -357,8 +418,9 @@ def _run_locked(
     points, registry = assign_points(
         grid_points, shas, existing.registry, None if setup is None else setup.identity()
     )
-    run_dir.save_registry(registry)
-    run_dir.save_trace_tables(list(traces.values()), sorted(set(cfg.block_size)))
+    with _writes_to(run_dir):
+        run_dir.save_registry(registry)
+        run_dir.save_trace_tables(list(traces.values()), sorted(set(cfg.block_size)))
     todo = [
         p
         for p in points
@@ -375,7 +437,8 @@ def _run_locked(
         from omegaconf import OmegaConf
 
         config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-    atomic_write_text(run_dir.config, config_yaml)
+    with _writes_to(run_dir):
+        atomic_write_text(run_dir.config, config_yaml)
 
     previous = run_dir.read_manifest() or {}
     history: list[dict[str, Any]] = list(previous.get("runs", []))
@@ -436,7 +499,8 @@ def _run_locked(
             "runs": [*history, record],
         }
 
-    run_dir.write_manifest(manifest("running"))
+    with _writes_to(run_dir):
+        run_dir.write_manifest(manifest("running"))
     log.info(
         "%d points in the grid; %d already in %s; %d to compute",
         summary.planned,
@@ -447,6 +511,10 @@ def _run_locked(
 
     replay_seconds = 0.0
     by_id = {p.point_id: p for p in todo}
+    written: set[str] = set()  # keys of the points in part files written by this run
+    write_error: OSError | None = None
+    setup_error: prefixsim.PrefixSimError | None = None  # e.g. no Dask scheduler answered
+    executor_error: str | None = None  # a killed worker, a lost Dask cluster
     t_execute = math.nan
 
     def on_batch(batch: Batch, outcomes: list[Outcome]) -> None:
@@ -463,7 +531,11 @@ def _run_locked(
                 summary.failures.append(failure)
                 log.error("point failed: %s: %s", failure.point, failure.error)
         if ok:
-            run_dir.write_part(_part_table(by_id, ok, setup, traces, cfg.save_per_request))
+            try:
+                run_dir.write_part(_part_table(by_id, ok, setup, traces, cfg.save_per_request))
+            except OSError as err:  # out of space, read-only...: no later batch can be kept
+                raise _WriteFailed(err) from err
+            written.update(by_id[o.point_id].key for o in ok)
             summary.computed += len(ok)
         replay_seconds += sum(o.seconds for o in ok)
         bar.update(len(outcomes))
@@ -510,6 +582,13 @@ def _run_locked(
                             release_loky_workers()
     except KeyboardInterrupt:
         summary.interrupted = True
+    except _WriteFailed as err:
+        write_error = err.error
+    except prefixsim.PrefixSimError as err:
+        setup_error = err
+    except Exception as err:  # the executor broke; what finished is kept and written below
+        executor_error = describe_failure(err)
+        _log_traceback(run_dir, err)
     finally:
         bar.close()
         if not math.isnan(t_execute):
@@ -517,9 +596,18 @@ def _run_locked(
         timings["replay_seconds"] = replay_seconds
 
     t = time.perf_counter()
-    summary.rows, folded = run_dir.consolidate()
-    # what was really written (an interrupt may land between a part write and its count)
-    summary.computed = len(folded & {p.key for p in todo})
+    try:
+        summary.rows, folded = run_dir.consolidate()
+        # what was really written (an interrupt may land between a part write and its count)
+        summary.computed = len(folded & {p.key for p in todo})
+    except (KeyboardInterrupt, OSError) as err:
+        # The part files stay: the next run into this directory folds them in.
+        if isinstance(err, KeyboardInterrupt):
+            summary.interrupted = True
+        elif write_error is None:
+            write_error = err
+        summary.computed = len(written)
+        summary.rows = run_dir.rows_in_results()
     if summary.interrupted:
         log.warning(
             "interrupted: %d points finished and kept; run the same command again to compute "
@@ -530,8 +618,43 @@ def _run_locked(
     timings["write_seconds"] = time.perf_counter() - t
     summary.seconds = time.perf_counter() - t_start
     timings["total_seconds"] = summary.seconds
-    status = "interrupted" if summary.interrupted else "failed" if summary.failures else "complete"
-    run_dir.write_manifest(manifest(status))
+    if summary.interrupted:
+        status = "interrupted"
+    elif summary.failures or write_error or setup_error or executor_error:
+        status = "failed"
+    else:
+        status = "complete"
+    error = (
+        None
+        if write_error is None
+        else f"out_dir={str(run_dir.path)!r}: " + (describe_os_error(write_error))
+    )
+    summary.error = error or (str(setup_error) if setup_error else None) or executor_error
+    # A second Ctrl-C or a TERM waits until the manifest is written: it never stays "running".
+    with _signals_deferred():
+        try:
+            run_dir.write_manifest({**manifest(status), "error": summary.error})
+        except OSError as err:
+            write_error = write_error or err
+            error = error or f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}"
+            log.error("manifest.json could not be written: %s", describe_os_error(err))
+    if error is not None:
+        raise StoreError(
+            f"{error}; {summary.computed} point(s) finished and kept, {len(todo)} planned; make "
+            "room or choose another out_dir, then run the same command again to finish"
+        )
+    if setup_error is not None:
+        raise setup_error
+    if executor_error is not None:
+        log.error(
+            "%s; %d point(s) finished and kept in %s, %d missing; run the same command again "
+            "to compute them",
+            executor_error,
+            summary.computed,
+            run_dir.results,
+            len(todo) - summary.computed,
+        )
+        return summary
 
     per_request = f" and {run_dir.per_request}" if run_dir.per_request.exists() else ""
     log.info(

@@ -15,7 +15,11 @@ typed                                  handed to Hydra
 ``'capacity=range(1024,4097,1024)'``   ``capacity=[1024,2048,3072,4096]``
 ``capacity=[1024,2048]``               unchanged
 ``trace=conversation,'my trace.gz'``   ``trace=[conversation,'my trace.gz']``
+``'capacity=range(1,100001)'``         ``capacity=${sweep_range:1,100001,1}``
 =====================================  =======================================
+
+A ``range()`` of 1,000 values or more becomes one interpolation (:mod:`sweep.ranges`): Hydra's
+parser is quadratic in a list's length.
 
 Nothing is parsed by hand: the arguments are split by Hydra's own argument parser, each
 override is parsed by Hydra's ``OverridesParser``, and values are re-serialized with the
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from . import ranges
 from .config import GRID_KEYS
 
 MULTIRUN_FLAGS = ("--multirun", "-m")
@@ -138,6 +143,14 @@ def rewrite_override(text: str) -> str:
         )
     if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
         raise ArgvError(f"'{text}': glob() selects config group options, not values of '{key}'")
+    if override.value_type == ValueType.RANGE_SWEEP:
+        from hydra.core.override_parser.types import RangeSweep
+
+        sweep = override.value()
+        if isinstance(sweep, RangeSweep) and not sweep.shuffle:
+            compact = ranges.compact(key, sweep.start, sweep.stop, sweep.step)
+            if compact is not None:
+                return f"{override.get_key_element()}={compact}"
     values = ",".join(_sweep_strings(override))
     return f"{override.get_key_element()}=[{values}]"
 

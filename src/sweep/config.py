@@ -67,6 +67,8 @@ class ExecutorConfig:
     """Points per task; null = chosen from the grid and the trace sizes."""
     address: str | None = None
     """Dask scheduler address (``tcp://host:8786``); null starts a local cluster."""
+    connect_timeout: float = 10.0
+    """Seconds to wait for the Dask scheduler at ``address`` before giving up."""
     n_workers: int | None = None
     """Workers of the local Dask cluster; null = ``n_jobs`` if positive, else all cores."""
     threads_per_worker: int = 1
@@ -193,8 +195,11 @@ def register_configs() -> None:
     """Register the schema in Hydra's ConfigStore (``conf/config.yaml`` extends it)."""
     from hydra.core.config_store import ConfigStore
 
+    from . import ranges
+
     cs = ConfigStore.instance()
     cs.store(name="sweep_schema", node=SweepConfig)
+    ranges.register_resolver()
 
 
 def to_sweep_config(cfg: Any) -> SweepConfig:
@@ -224,8 +229,18 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
                 node[unknown[0]],
                 f"not a key of the sweep configuration (keys: {', '.join(known)})",
             )
+    from . import ranges
+
+    # A long range() stays one interpolation (sweep.ranges): expanded here, not as nodes.
+    expanded = {k: ranges.parse(t) for k, t in ranges.compact_keys(cfg, GRID_KEYS).items()}
+    if expanded:
+        cfg = cfg.copy()
+        for key in expanded:
+            cfg[key] = []
     if OmegaConf.get_type(cfg) is not SweepConfig:
         cfg = OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg)
     obj = OmegaConf.to_object(cfg)
     assert isinstance(obj, SweepConfig)
+    for key, values in expanded.items():
+        setattr(obj, key, values)
     return obj

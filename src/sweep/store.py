@@ -27,6 +27,7 @@ of the next, after which the parts are deleted. A point counts as done when its 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import itertools
@@ -65,6 +66,19 @@ PER_REQUEST_ROW_GROUP = 1 << 20
 
 class StoreError(prefixsim.PrefixSimError):
     """A run directory that cannot be used (one line for the user)."""
+
+
+def describe_os_error(err: OSError) -> str:
+    """``cannot write PATH: REASON`` for a failed file operation in a run directory, one line."""
+    reason = err.strerror or str(err)
+    if err.errno == errno.ENOSPC:
+        reason = "no space left on the device"
+    elif err.errno == errno.EROFS:
+        reason = "read-only file system"
+    elif err.errno in (errno.ENOTDIR, errno.EEXIST):
+        reason = f"{reason} (a file is in the way of a directory)"
+    where = f" {err.filename}" if err.filename else ""
+    return f"cannot write{where}: {reason}"
 
 
 def _counter_names() -> list[str]:
@@ -305,7 +319,7 @@ class RunDir:
             self.state.mkdir(parents=True, exist_ok=True)
             f = open(self.state / "lock", "a+")  # noqa: SIM115 (held until unlock)
         except OSError as err:
-            raise StoreError(f"out_dir={str(self.path)!r}: cannot write there ({err})") from None
+            raise StoreError(f"out_dir={str(self.path)!r}: {describe_os_error(err)}") from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -549,8 +563,27 @@ class RunDir:
 
         _atomic_parquet(self.per_request, write)
 
+    def rows_in_results(self) -> int:
+        """Rows of the current ``results.parquet`` (0 when missing or unreadable)."""
+        try:
+            return int(pq.ParquetFile(self.results).metadata.num_rows)
+        except (OSError, pa.ArrowException):
+            return 0
+
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        atomic_write_text(self.manifest, json.dumps(manifest, indent=2, default=str) + "\n")
+        """Write ``manifest.json`` atomically; when that fails for want of space (the new file
+        needs blocks of its own), overwrite the old one in place, which reuses its blocks."""
+        text = json.dumps(manifest, indent=2, default=str) + "\n"
+        try:
+            atomic_write_text(self.manifest, text)
+        except OSError as err:
+            if err.errno != errno.ENOSPC or not self.manifest.is_file():
+                raise
+            with open(self.manifest, "r+b") as f:
+                f.write(text.encode())
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
 
     def read_manifest(self) -> dict[str, Any] | None:
         try:

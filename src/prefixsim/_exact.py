@@ -1,0 +1,41 @@
+"""Exact integer sums of int64 arrays.
+
+``ndarray.sum()`` wraps around silently past ``2**63 - 1``; a total that wrapped would be a
+wrong number written as if it were right. :func:`exact_sum` returns the true total as a Python
+int, at numpy speed: each value is split as ``hi * 2**32 + lo`` with ``lo`` in ``[0, 2**32)``
+and ``hi`` in ``[-2**31, 2**31)``, and each part is summed over chunks small enough that its
+int64 sum cannot wrap (``2**30`` values of magnitude below ``2**32`` sum below ``2**62``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+INT64_MAX = 2**63 - 1
+_CHUNK = 1 << 30
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """The exact sum of an integer array (any length, any int64 values) as a Python int."""
+    a = np.asarray(values)
+    if a.dtype != np.int64:
+        a = a.astype(np.int64)
+    total = 0
+    for start in range(0, len(a), _CHUNK):
+        part = a[start : start + _CHUNK]
+        hi = int(np.sum(part >> 32, dtype=np.int64))
+        lo = int(np.sum(part & 0xFFFFFFFF, dtype=np.int64))
+        total += (hi << 32) + lo
+    return total
+
+
+def first_running_total_over(values: np.ndarray, limit: int = INT64_MAX) -> int | None:
+    """Index of the first element at which the running total of the non-negative ``values``
+    exceeds ``limit``, or None. Only called once :func:`exact_sum` found the total too large,
+    so the plain-Python scan is never on the path of a valid input."""
+    running = 0
+    for i, v in enumerate(np.asarray(values).tolist()):
+        running += v
+        if running > limit:
+            return i
+    return None

@@ -1,0 +1,103 @@
+"""Large ``range()`` sweeps without a quadratic parse: a compact interpolation.
+
+Hydra's override parser is quadratic in the length of a list (its visitor fetches the i-th
+element of the parse tree by scanning from the start), and OmegaConf builds one node per
+element: ``capacity=[1,...,100000]`` took minutes before any replay. So the argv pre-pass
+(:mod:`sweep.argv`) hands Hydra a ``range()`` of at least :data:`COMPACT_MIN` values on a
+numeric grid key as one interpolation, ``capacity=${sweep_range:1,100001,1}``, which
+``--cfg job`` prints as such, and :func:`sweep.config.to_sweep_config` expands it itself into
+the plain dataclass, never into OmegaConf nodes. The values are exactly those of the typed
+``range()`` (floats step in decimal, as in :func:`sweep.argv.rewrite_override`). The resolver
+is registered too, so ``--cfg job --resolve`` and OmegaConf itself give the same list.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+RESOLVER = "sweep_range"
+COMPACT_MIN = 1000
+"""Ranges with fewer values are expanded into a list, as typed (readable in ``--cfg job``)."""
+INT_KEYS = ("capacity", "block_size", "max_freq", "ghost_freq")
+FLOAT_KEYS = ("small_ratio",)
+_PATTERN = re.compile(r"\$\{" + RESOLVER + r":([^{}$]*)\}")
+_NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?")
+
+
+def expand(start: Any, stop: Any, step: Any = 1) -> list[int] | list[float]:
+    """The values of ``range(start, stop, step)`` in Hydra's sense; with a float, stepped in
+    decimal from the numbers as written (0.05 + 0.1 is 0.15 here, not 0.15000000000000002)."""
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop, step)):
+        return list(range(start, stop, step))
+    from hydra.core.override_parser.types import FloatRange
+
+    exact = FloatRange(*(Decimal(repr(float(x))) for x in (start, stop, step)))
+    return [float(v) for v in exact]
+
+
+def compact(key: str, start: Any, stop: Any, step: Any) -> str | None:
+    """``${sweep_range:START,STOP,STEP}`` for a long range on a numeric grid key, else None
+    (short ranges, and ranges Hydra would reject for the key's type, stay lists)."""
+    numbers = (start, stop, step)
+    is_int = all(isinstance(x, int) and not isinstance(x, bool) for x in numbers)
+    if not (key in FLOAT_KEYS or (key in INT_KEYS and is_int)) or step == 0:
+        return None
+    if is_int:
+        count = len(range(start, stop, step))
+    else:
+        a, b, s = (Decimal(repr(float(x))) for x in numbers)
+        count = max(0, int((b - a) / s) + 1)  # an upper bound is enough to choose
+    if count < COMPACT_MIN:
+        return None
+    text = ",".join(str(x) if isinstance(x, int) else repr(float(x)) for x in numbers)
+    return "${" + RESOLVER + ":" + text + "}"
+
+
+def parse(text: Any) -> list[int] | list[float] | None:
+    """The values of a compact range interpolation, or None if ``text`` is not one."""
+    if not isinstance(text, str):
+        return None
+    m = _PATTERN.fullmatch(text.strip())
+    if m is None:
+        return None
+    args = [a.strip() for a in m.group(1).split(",")]
+    if not 2 <= len(args) <= 3 or not all(_NUMBER.fullmatch(a) for a in args):
+        return None
+    numbers = [int(a) if re.fullmatch(r"-?\d+", a) else float(a) for a in args]
+    return expand(*numbers)
+
+
+def compact_keys(cfg: Any, keys: tuple[str, ...]) -> dict[str, str]:
+    """Grid keys of a ``DictConfig`` holding a compact range: key -> interpolation text."""
+    from omegaconf import OmegaConf
+
+    out = {}
+    for key in keys:
+        if key in cfg and OmegaConf.is_interpolation(cfg, key):
+            text = cfg._get_node(key)._value()
+            if parse(text) is not None:
+                out[key] = str(text)
+    return out
+
+
+def register_resolver() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, expand)
+
+
+def to_yaml(cfg: Any, keys: tuple[str, ...]) -> str:
+    """``OmegaConf.to_yaml(cfg, resolve=True)``, but compact ranges stay as written."""
+    from omegaconf import OmegaConf
+
+    found = compact_keys(cfg, keys)
+    if not found:
+        return OmegaConf.to_yaml(cfg, resolve=True)
+    container = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(container, dict)
+    for key, text in found.items():
+        container[key] = "\\" + text  # escaped: resolving keeps the text
+    return OmegaConf.to_yaml(OmegaConf.create(container), resolve=True)
