@@ -181,7 +181,7 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     of this file, so it is done once, on one trace; several traces are tested per figure)."""
     one_trace = make_results(max_freqs=(1, 3), ghost_freqs=(0, 1), traces=("alpha",))
     run = write_run(tmp_path_factory.mktemp("run"), one_trace)
-    code = plot.main([str(run)])
+    code = plot.main([str(run), "--format", "png,pdf"])
     return run / "figures", code
 
 
@@ -189,7 +189,7 @@ def test_cli_draws_every_figure_in_png_and_pdf(cli_run: tuple[Path, int]) -> Non
     out, code = cli_run
     assert code == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{name}.{fmt}" for name in FIGURE_NAMES for fmt in ("png", "pdf")
+        [".figures.json"] + [f"{name}.{fmt}" for name in FIGURE_NAMES for fmt in ("png", "pdf")]
     )
 
 
@@ -256,7 +256,7 @@ def test_small_ratio_tuning(full: pd.DataFrame) -> None:
         assert len(lines) == len(CAPACITIES)
         assert list(lines[0].get_xdata()) == [0.05, 0.1, 0.2]
         assert heat_ax.get_ylabel() == "Capacity (blocks)"
-        assert heat_ax.get_title().endswith("gain over LRU")
+        assert heat_ax.get_title() == "S3FIFO gain over LRU (pp)"
         assert not heat_ax.get_lines()
         (image,) = heat_ax.get_images()
         gain = np.asarray(image.get_array())
@@ -275,22 +275,45 @@ def test_small_ratio_tuning_without_lru(caplog: pytest.LogCaptureFixture) -> Non
     assert "no LRU point" in caplog.text
 
 
-def test_max_freq_effect(full: pd.DataFrame) -> None:
+def labelled(ax: Axes) -> list:  # type: ignore[type-arg]
+    return [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+def test_max_freq_effect_is_the_difference_from_the_default(full: pd.DataFrame) -> None:
     fig = params.fig_max_freq_effect(full)
     axes = panels(fig)
     assert len(axes) == 4  # per trace: one line per max_freq, one line per ghost_freq
     for ax in axes:
         assert ax.get_xlabel() == "Capacity (blocks)"
-        assert ax.get_ylabel() == "Token hit rate (%)"
-        assert len(ax.get_lines()) == 2
-    labels = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in axes[:2]]
-    assert labels == [["max_freq=1", "max_freq=3"], ["ghost_freq=0", "ghost_freq=1"]]
+    assert [ax.get_ylabel() for ax in axes[:2]] == [
+        "Hit rate - max_freq=3 (pp)",
+        "Hit rate - ghost_freq=0 (pp)",
+    ]
+    mf, gf = (labelled(ax) for ax in axes[:2])
+    assert [line.get_label() for line in mf] == ["max_freq=1", "max_freq=3 (reference)"]
+    assert [line.get_label() for line in gf] == ["ghost_freq=0 (reference)", "ghost_freq=1"]
+    # hit_rate() adds 0.001 per max_freq and 0.002 per ghost_freq: max_freq 1 is 2 * 0.001
+    # below max_freq 3 (-0.2 pp), ghost_freq 1 is 0.002 above ghost_freq 0 (+0.2 pp), at every
+    # capacity; the references are the zero lines
+    np.testing.assert_allclose(mf[0].get_ydata(), [-0.2] * 3)
+    np.testing.assert_allclose(mf[1].get_ydata(), [0.0] * 3, atol=1e-12)
+    np.testing.assert_allclose(gf[1].get_ydata(), [0.2] * 3)
+    assert list(mf[0].get_xdata()) == list(CAPACITIES)
+    legend = legend_labels(fig)
+    assert "max_freq=1" in legend and "ghost_freq=1" in legend
 
 
 def test_max_freq_effect_one_panel_when_ghost_freq_fixed() -> None:
     fig = params.fig_max_freq_effect(make_results(max_freqs=(1, 2, 3), traces=("alpha",)))
     (ax,) = panels(fig)
-    assert len(ax.get_lines()) == 3
+    assert len(labelled(ax)) == 3
+
+
+def test_max_freq_reference_is_the_smallest_value_without_the_default() -> None:
+    fig = params.fig_max_freq_effect(make_results(max_freqs=(2, 5), traces=("alpha",)))
+    (ax,) = panels(fig)
+    assert ax.get_ylabel() == "Hit rate - max_freq=2 (pp)"
+    np.testing.assert_allclose(labelled(ax)[1].get_ydata(), [0.3] * 3)  # 3 * 0.001
 
 
 def test_occupancy(full: pd.DataFrame) -> None:
@@ -438,21 +461,24 @@ def test_draw_figures_reports_and_logs_skips(
     for name, reason in report.skipped.items():
         assert f"skipped {name}: {reason}" in caplog.text
     assert "drew small_ratio_tuning" in caplog.text
-    assert [p.name for p in (tmp_path / "figs").iterdir()] == ["small_ratio_tuning.png"]
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        ".figures.json",
+        "small_ratio_tuning.png",
+    ]
 
 
 def test_explicit_points(tmp_path: Path, full: pd.DataFrame) -> None:
     run = write_run(tmp_path / "run", full, traces=False)
     ids = [int(i) for i in full.point_id[(full.policy == "LRU") & (full.trace == "beta")]]
-    data = data.RunData(run, data.load_results(run), ids)
-    assert list(data.points.point_id) == ids
-    assert set(data.per_request.point_id) == set(ids)  # only the chosen points are read
-    fig = requests.fig_hit_ratio_cdf(data.points, data.per_request)
+    run_data = data.RunData(run, data.load_results(run), ids)
+    assert list(run_data.points.point_id) == ids
+    assert set(run_data.per_request.point_id) == set(ids)  # only the chosen points are read
+    fig = requests.fig_hit_ratio_cdf(run_data.points, run_data.per_request)
     (ax,) = panels(fig)
     assert [line.get_label() for line in ax.get_lines()] == [
         "LRU (256 blocks)",
         "LRU (512 blocks)",
-        "LRU (1K blocks)",
+        "LRU (1Ki blocks)",
     ]
     with pytest.raises(figures.PlotError, match=r"^points: no point 9999 in results.parquet$"):
         plot.draw_figures(run, points=[ids[0], 9999])
@@ -507,21 +533,68 @@ def test_cli_bad_points_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_policy_styles_are_fixed_and_distinct() -> None:
     known = [style.policy_style(p) for p in style.POLICY_STYLES]
-    pairs = {(str(s["color"]), s["marker"]) for s in known}
-    assert len(pairs) == len(style.POLICY_STYLES)
+    looks = {(s["color"], s["marker"], s["linestyle"]) for s in known}
+    assert len(looks) == len(style.POLICY_STYLES)
     assert len({s["marker"] for s in known}) == len(known)
     assert set(prefixsim.policy_names()) <= set(style.POLICY_STYLES)
-    assert style.policy_style("S3FIFO") == {"color": plot._TAB10[0], "marker": "o"}
+    assert style.policy_style("S3FIFO") == {"color": style.INDIGO, "marker": "o", "linestyle": "-"}
+    # a prefix-aware variant keeps its base policy's colour
+    assert style.policy_style("S3FIFO_LEAF")["color"] == style.policy_style("S3FIFO")["color"]
     new = style.policy_style("SOME_NEW_POLICY")
     assert new == style.policy_style("SOME_NEW_POLICY")  # deterministic
-    assert (str(new["color"]), new["marker"]) not in pairs
+    assert (new["color"], new["marker"], new["linestyle"]) not in looks
 
 
-def test_format_count() -> None:
-    assert [plot.format_count(v) for v in (512, 1024, 1536, 4 * 1024**2, 1000)] == [
-        "512",
-        "1K",
-        "1.5K",
-        "4M",
-        "1000",
-    ]
+def test_format_capacity() -> None:
+    binary = [style.format_capacity(v, True) for v in (512, 1024, 1536, 16384, 4 * 1024**2)]
+    assert binary == ["512", "1Ki", "1.5Ki", "16Ki", "4Mi"]
+    decimal = [style.format_capacity(v, False) for v in (1000, 16000, 1500, 182790, 2e6)]
+    # never 15.6K for 16,000 (16000/1024), never a rounded 183K for 182,790
+    assert decimal == ["1K", "16K", "1.5K", "182.79K", "2M"]
+
+
+def test_capacity_grids_are_binary_or_decimal() -> None:
+    assert style.is_binary([256, 512, 1024, 1536, 131072])
+    assert not style.is_binary([1000, 2000, 16000])
+    assert not style.is_binary([1024, 182790])  # not a multiple of 1024: decimal labels
+
+
+def test_capacity_axis_ticks_follow_the_grid() -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([1000, 200000], [0, 1])
+    style.capacity_axis(ax, [1000, 1500, 16000, 200000], None)
+    ticks = ax.xaxis.get_major_locator()()
+    assert list(ticks) == [1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000]
+    labels = [ax.xaxis.get_major_formatter()(t, i) for i, t in enumerate(ticks)]
+    assert labels == ["1K", "2K", "5K", "10K", "20K", "50K", "100K", "200K"]
+
+
+def test_round_time_bins() -> None:
+    # 60 bins at most: 2 min of trace -> 2 s bins; an hour -> 1 min; 61 min -> 2 min
+    assert requests.bin_width_ms(120_000) == 2_000
+    assert requests.bin_width_ms(3_600_000) == 60_000
+    assert requests.bin_width_ms(3_660_000) == 120_000
+    assert requests.format_width(120_000) == "2 min"
+    assert requests.format_width(15_000) == "15 s"
+
+
+def test_trace_labels() -> None:
+    assert data.trace_label("conversation") == "conversation"
+    assert data.trace_label("/data/my traces/toolagent_trace.jsonl.gz") == "toolagent_trace"
+    assert data.trace_label("b.jsonl") == "b"
+
+
+def test_unchanged_inputs_are_not_redrawn(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", make_results(traces=("alpha",)))
+    first = figures.draw_figures(run)
+    assert first.drawn and not first.unchanged
+    second = figures.draw_figures(run)
+    assert second.written == [] and second.unchanged == first.drawn
+    assert second.skipped == first.skipped
+    (run / "results.parquet").touch()  # a resumed run rewrites it
+    assert figures.draw_figures(run).drawn == first.drawn
+    assert figures.draw_figures(run, force=True).drawn == first.drawn
+    assert figures.draw_figures(run, formats=["png", "pdf"]).drawn == first.drawn

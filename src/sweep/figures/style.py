@@ -135,12 +135,12 @@ def sequential(n: int) -> list[Any]:
 
 def is_binary(values: Sequence[float]) -> bool:
     """Whether a grid of counts is binary: every value is a power of two or, from 1024 on, a
-    multiple of 1024 (``1536`` is, ``16000`` is not)."""
+    multiple of 512 (``1536`` reads ``1.5Ki``; ``16000`` is not, and makes its grid decimal)."""
     for v in values:
         n = int(v)
         if n <= 0 or n != v:
             return False
-        if n & (n - 1) and n % 1024:
+        if n & (n - 1) and (n < 1024 or n % 512):
             return False
     return True
 
