@@ -594,7 +594,9 @@ def test_unchanged_inputs_are_not_redrawn(tmp_path: Path) -> None:
     second = figures.draw_figures(run)
     assert second.written == [] and second.unchanged == first.drawn
     assert second.skipped == first.skipped
-    (run / "results.parquet").touch()  # a resumed run rewrites it
+    (run / "results.parquet").touch()  # a resumed run that adds nothing: the same bytes
+    assert figures.draw_figures(run).unchanged == first.drawn
+    write_run(run, make_results(traces=("alpha",), capacities=(256, 512)))  # new results
     assert figures.draw_figures(run).drawn == first.drawn
     assert figures.draw_figures(run, force=True).drawn == first.drawn
     assert figures.draw_figures(run, formats=["png", "pdf"]).drawn == first.drawn

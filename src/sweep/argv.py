@@ -15,6 +15,7 @@ typed                                  handed to Hydra
 ``'capacity=range(1024,4097,1024)'``   ``capacity=[1024,2048,3072,4096]``
 ``capacity=[1024,2048]``               unchanged
 ``trace=conversation,'my trace.gz'``   ``trace=[conversation,'my trace.gz']``
+``plot=false``                         ``plot.enabled=false`` (``plot`` is a node)
 =====================================  =======================================
 
 Nothing is parsed by hand: the arguments are split by Hydra's own argument parser, each
@@ -113,6 +114,12 @@ def rewrite_override(text: str) -> str:
     except HydraException:
         return text  # let Hydra report the parse error in its own words
     key = override.key_or_group
+    if key == "plot" and override.package is None and not override.is_sweep_override():
+        # ``plot=false`` (documented before ``plot`` became a node) is ``plot.enabled=false``
+        value = override.value() if override.value_type == ValueType.ELEMENT else None
+        if isinstance(value, bool):
+            return f"plot.enabled={str(value).lower()}"
+        return text
     is_grid = key in GRID_KEYS and override.package is None
     if not is_grid:
         if override.is_sweep_override():

@@ -63,8 +63,8 @@ parameters each policy is drawn with). Figures use matplotlib's object-oriented 
 no global backend); :func:`draw_figures` is the only place that writes files.
 
 Drawing is skipped when nothing changed: ``OUT/.figures.json`` records a digest of the input
-files (size and modification time), the options and the figure code; a second call with the same
-digest writes nothing (``force=True`` redraws).
+files (their content; size and modification time past 64 MiB), the options and the figure code;
+a second call with the same digest writes nothing (``force=True`` redraws).
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ DEFAULT_FORMATS: tuple[str, ...] = ("png",)
 """PNG only: a PDF costs about as much again to write; ask for it with ``plot.formats``."""
 PNG_DPI = 200
 STAMP_FILE = ".figures.json"
+HASH_CONTENT_BYTES = 64 * 1024**2
+"""Input files up to this size are identified by their content (sha256, ~50 ms at the limit)."""
 
 
 @dataclass
@@ -163,13 +165,18 @@ def save_figure(fig: Any, out_dir: Path, name: str, formats: Sequence[str]) -> l
 
 
 def _digest(run: Path, kinds: Sequence[FigureKind], formats: Sequence[str], points: Any) -> str:
-    """What the figures depend on: the input files' size and modification time, the options,
-    and the source files of the figure code (a code change redraws)."""
+    """What the figures depend on: the input files (their content up to
+    :data:`HASH_CONTENT_BYTES`, else their size and modification time: a resumed run that adds
+    nothing rewrites the same bytes), the options, and the figure code (a code change redraws)."""
     parts: list[Any] = [list(formats), None if points is None else [int(p) for p in points]]
     for name in INPUT_FILES:
         with contextlib.suppress(OSError):
-            st = (run / name).stat()
-            parts.append([name, st.st_size, st.st_mtime_ns])
+            path = run / name
+            st = path.stat()
+            if st.st_size <= HASH_CONTENT_BYTES:
+                parts.append([name, hashlib.sha256(path.read_bytes()).hexdigest()])
+            else:
+                parts.append([name, st.st_size, st.st_mtime_ns])
     modules = {k.draw.__module__ for k in kinds} | {__name__, f"{__package__}.style"}
     for module in sorted(modules):
         path = getattr(sys.modules.get(module), "__file__", None)
