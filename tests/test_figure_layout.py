@@ -78,7 +78,9 @@ def figures_of(run: Path) -> dict[str, Figure]:
     ],
     ids=["11-policies", "1-policy", "2-traces"],
 )
-def test_figures_read_well(tmp_path: Path, policies: tuple[str, ...], traces: tuple[str, ...]) -> None:
+def test_figures_read_well(
+    tmp_path: Path, policies: tuple[str, ...], traces: tuple[str, ...]
+) -> None:
     results = all_policies_results(policies, traces)
     run = write_run(tmp_path / "run", results)
     figures = figures_of(run)
@@ -118,4 +120,3 @@ def test_trace_panels_follow_the_typed_order_and_use_file_stems(tmp_path: Path) 
     run = write_run(tmp_path / "run", all_policies_results(("LRU",), typed))
     fig = figures_of(run)["hit_rate_vs_capacity"]
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["zeta", "alpha"]
-

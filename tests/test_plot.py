@@ -419,7 +419,9 @@ def test_figures_whose_parameter_did_not_vary_are_skipped() -> None:
         "only one max_freq in the run (3); only one ghost_freq in the run (0)"
     )
     lru_only = make_results(policies=("LRU",))
-    assert skip_reason(small_ratio.fig_small_ratio_tuning, lru_only) == "no S3FIFO points in the run"
+    assert (
+        skip_reason(small_ratio.fig_small_ratio_tuning, lru_only) == "no S3FIFO points in the run"
+    )
     assert skip_reason(params.fig_max_freq_effect, lru_only) == "no S3FIFO points in the run"
 
 
@@ -600,3 +602,35 @@ def test_unchanged_inputs_are_not_redrawn(tmp_path: Path) -> None:
     assert figures.draw_figures(run).drawn == first.drawn
     assert figures.draw_figures(run, force=True).drawn == first.drawn
     assert figures.draw_figures(run, formats=["png", "pdf"]).drawn == first.drawn
+
+
+# --- the sweep's plot node -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("plot=false", "plot.enabled=false"),
+        ("plot=true", "plot.enabled=true"),
+        ("plot.enabled=false", "plot.enabled=false"),
+        ("plot.formats=[png,pdf]", "plot.formats=[png,pdf]"),
+        ("plot=abc", "plot=abc"),  # not a bool: Hydra rejects it, naming the key
+    ],
+)
+def test_plot_false_is_plot_enabled_false(typed: str, expected: str) -> None:
+    from sweep.argv import rewrite_override
+
+    assert rewrite_override(typed) == expected
+
+
+def test_plot_node_composes() -> None:
+    from test_sweep import compose
+
+    from sweep.config import PlotConfig, SweepConfig
+
+    assert compose().plot == PlotConfig(enabled=True, formats=["png"])
+    assert compose("plot=false").plot.enabled is False
+    assert compose("plot.formats=[png,pdf]").plot.formats == ["png", "pdf"]
+    assert SweepConfig(plot=False).plot == PlotConfig(enabled=False)  # type: ignore[arg-type]
+    with pytest.raises(prefixsim.ParameterError, match=r"plot\.formats='xyz'"):
+        compose("plot.formats=[png,xyz]")

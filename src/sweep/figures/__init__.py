@@ -148,7 +148,10 @@ def save_figure(fig: Any, out_dir: Path, name: str, formats: Sequence[str]) -> l
         for fmt in formats:
             path = out_dir / f"{name}.{fmt}"
             tmp = out_dir / f".{name}.{fmt}.{os.getpid()}.tmp"
-            kw: dict[str, Any] = {"format": fmt, "bbox_inches": "tight", "pad_inches": 0.02}
+            # no bbox_inches="tight": the constrained layout already keeps every artist inside
+            # the figure (tests/test_figure_layout.py checks it), and "tight" costs a second
+            # full draw of every figure
+            kw: dict[str, Any] = {"format": fmt}
             if fmt == "png":
                 kw["dpi"] = PNG_DPI
             if fmt == "pdf":

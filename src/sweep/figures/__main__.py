@@ -44,9 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         help="point ids (comma-separated) of the per-request figures (default: each policy's "
         "default-parameter point at the median capacity)",
     )
-    p.add_argument(
-        "--force", action="store_true", help="redraw even if the inputs did not change"
-    )
+    p.add_argument("--force", action="store_true", help="redraw even if the inputs did not change")
     return p
 
 

@@ -102,9 +102,7 @@ def _ratio_axis(ax: Axes, ratios: Sequence[float]) -> None:
     if len(positive) == len(ratios) and positive and max(positive) / min(positive) > LOG_SPAN:
         ax.set_xscale("log")
         decades = [
-            m * 10.0**k
-            for k in range(math.floor(math.log10(min(positive))), 1)
-            for m in (1, 2, 5)
+            m * 10.0**k for k in range(math.floor(math.log10(min(positive))), 1) for m in (1, 2, 5)
         ]
         ticks = [t for t in decades if min(positive) * 0.999 <= t <= max(positive) * 1.001]
         ax.xaxis.set_major_locator(FixedLocator(ticks))
