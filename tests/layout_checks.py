@@ -120,12 +120,12 @@ def hidden_series(fig: Figure) -> list[str]:
             xb, yb = np.asarray(b.get_xdata(), float), np.asarray(b.get_ydata(), float)
             if xa.shape != xb.shape or ya.shape != yb.shape:
                 continue
-            if np.allclose(xa, xb) and np.allclose(ya, yb, equal_nan=True):
-                if "(= " not in str(b.get_label()):
-                    out.append(
-                        f"{b.get_label()!r} is hidden under {a.get_label()!r} in "
-                        f"{ax.get_title()!r} without notice"
-                    )
+            same = np.allclose(xa, xb) and np.allclose(ya, yb, equal_nan=True)
+            if same and "(= " not in str(b.get_label()):
+                out.append(
+                    f"{b.get_label()!r} is hidden under {a.get_label()!r} in "
+                    f"{ax.get_title()!r} without notice"
+                )
     return out
 
 

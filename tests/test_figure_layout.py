@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from layout_checks import problems
 from matplotlib.figure import Figure
-from test_plot import make_results, write_run
 
 import prefixsim
+from layout_checks import problems
 from sweep.figures import RunData, SkipFigure, figure_kinds
 from sweep.figures.data import load_results
 from sweep.figures.style import style_context
+from test_plot import make_results, write_run
 
 ALL_POLICIES = tuple(prefixsim.policy_names())
 CAPACITIES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)

@@ -624,9 +624,8 @@ def test_plot_false_is_plot_enabled_false(typed: str, expected: str) -> None:
 
 
 def test_plot_node_composes() -> None:
-    from test_sweep import compose
-
     from sweep.config import PlotConfig, SweepConfig
+    from test_sweep import compose
 
     assert compose().plot == PlotConfig(enabled=True, formats=["png"])
     assert compose("plot=false").plot.enabled is False

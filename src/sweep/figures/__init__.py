@@ -182,9 +182,11 @@ def _digest(run: Path, kinds: Sequence[FigureKind], formats: Sequence[str], poin
                 parts.append([name, st.st_size, st.st_mtime_ns])
     modules = {k.draw.__module__ for k in kinds} | {__name__, f"{__package__}.style"}
     for module in sorted(modules):
-        path = getattr(sys.modules.get(module), "__file__", None)
-        with contextlib.suppress(OSError, TypeError):
-            st = Path(path).stat()  # type: ignore[arg-type]
+        source = getattr(sys.modules.get(module), "__file__", None)
+        if source is None:
+            continue
+        with contextlib.suppress(OSError):
+            st = Path(source).stat()
             parts.append([module, st.st_size, st.st_mtime_ns])
     parts.append([k.name for k in kinds])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()

@@ -34,8 +34,8 @@ from .registry import FigureKind, register
 from .style import (
     CONTEXT_GID,
     DOUBLE_COLUMN_IN,
-    LINESTYLES,
     LEGEND_ROW_IN,
+    LINESTYLES,
     Series,
     draw_series,
     duplicates,
