@@ -128,10 +128,9 @@ def test_the_all_policies_experiment_reads_well(tmp_path: Path) -> None:
     its capacities: every registered policy, real data (LFU equals SIEVE there)."""
     import dataclasses
 
-    from test_sweep import compose
-
     from sweep import ExecutorConfig, run_sweep
     from sweep.config import PlotConfig
+    from test_sweep import compose
 
     cfg = compose("+experiment=all_policies", "capacity=1024,4096,16384,65536")
     cfg = dataclasses.replace(
