@@ -553,6 +553,7 @@ def test_format_capacity() -> None:
     decimal = [style.format_capacity(v, False) for v in (1000, 16000, 1500, 182790, 2e6)]
     # never 15.6K for 16,000 (16000/1024), never a rounded 183K for 182,790
     assert decimal == ["1K", "16K", "1.5K", "182.79K", "2M"]
+    assert style.format_capacity(8 * 1024**3, True, "B") == "8GiB"
 
 
 def test_capacity_grids_are_binary_or_decimal() -> None:

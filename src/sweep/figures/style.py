@@ -145,28 +145,24 @@ def is_binary(values: Sequence[float]) -> bool:
     return True
 
 
-def format_capacity(value: float, binary: bool) -> str:
-    """``16Ki`` (binary: 1Ki = 1024) or ``16K`` (decimal: 1K = 1000), at most 3 significant
-    digits and never rounded to a wrong-looking value: a value that does not have a short
-    exact form keeps its digits (``182,790`` reads ``182.79K``)."""
+def format_capacity(value: float, binary: bool, unit: str = "") -> str:
+    """``16Ki`` (binary: 1Ki = 1024) or ``16K`` (decimal: 1K = 1000), then ``unit`` (``16KiB``
+    with ``unit="B"``), at most 3 significant digits and never rounded to a wrong-looking
+    value: a value without a short exact form keeps its digits (``182,790`` reads
+    ``182.79K``)."""
     v = float(value)
-    units = (
-        (("Gi", 1024.0**3), ("Mi", 1024.0**2), ("Ki", 1024.0))
-        if binary
-        else (
-            ("G", 1e9),
-            ("M", 1e6),
-            ("K", 1e3),
-        )
-    )
-    for unit, scale in units:
+    if binary:
+        prefixes = (("Gi", 1024.0**3), ("Mi", 1024.0**2), ("Ki", 1024.0))
+    else:
+        prefixes = (("G", 1e9), ("M", 1e6), ("K", 1e3))
+    for prefix, scale in prefixes:
         if abs(v) >= scale:
             q = v / scale
             text = f"{q:.3g}"
             if float(text) * scale != v:  # 15.625K must not read 15.6K
                 text = f"{q:.6g}"
-            return f"{text}{unit}"
-    return f"{v:.6g}"
+            return f"{text}{prefix}{unit}"
+    return f"{v:.6g}{unit}"
 
 
 def _log_ticks(lo: float, hi: float, binary: bool) -> list[float]:
@@ -199,17 +195,22 @@ def _ticks_or_values(lo: float, hi: float, binary: bool, values: Sequence[float]
 
 
 def capacity_axis(
-    ax: Axes, capacities: Sequence[float], block_size: int | None, label: str = "Capacity (blocks)"
+    ax: Axes,
+    capacities: Sequence[float],
+    block_size: int | None,
+    label: str = "Capacity (blocks)",
+    unit: str = "",
 ) -> None:
-    """Log x axis in blocks labelled by the grid's kind (:func:`is_binary`), with a second axis
-    on top in tokens when ``block_size`` is set."""
+    """Log x axis of ``capacities`` (blocks, or any count: ``label`` and ``unit`` name it, e.g.
+    ``"Capacity (bytes)"`` and ``"B"``), ticks and labels by the grid's kind
+    (:func:`is_binary`), with a second axis on top in tokens when ``block_size`` is set."""
     caps = [float(c) for c in capacities]
     binary = is_binary(caps)
     lo, hi = min(caps), max(caps)
     ax.set_xscale("log", base=2 if binary else 10)
     ax.xaxis.set_major_locator(FixedLocator(_ticks_or_values(lo, hi, binary, caps)))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_capacity(v, binary)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_capacity(v, binary, unit)))
     ax.set_xlabel(label)
     if block_size is not None:
         bs = float(block_size)
