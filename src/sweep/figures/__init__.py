@@ -159,6 +159,10 @@ def save_figure(fig: Any, out_dir: Path, name: str, formats: Sequence[str]) -> l
             try:
                 fig.savefig(tmp, **kw)
                 os.replace(tmp, path)
+                # the layout is in inches and points, the same in every format: laid out once
+                # for the first file, it is kept for the others (the constrained layout is
+                # the costliest step of a save)
+                fig.set_layout_engine("none")
             except BaseException:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
