@@ -8,6 +8,7 @@ figures' panels, lines, labels and data, and at the files being non-empty PNG an
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import math
@@ -24,7 +25,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 import prefixsim
-from sweep import plot
+from sweep import figures, plot
+from sweep.figures import capacity, data, params, requests, small_ratio, style
 from sweep.store import ALWAYS_COUNTED, COUNTER_COLUMNS, PER_REQUEST_SCHEMA, RESULT_SCHEMA
 
 TRACES = {"alpha": "a" * 64, "beta": "b" * 64}
@@ -33,6 +35,7 @@ CAPACITIES = (256, 512, 1024)
 PROMPTS = (0, 100, 200, 300)  # tokens of the 4 requests of every trace (one empty prompt)
 TIMESTAMPS = (0.0, 1_000.0, 60_000.0, 120_000.0)  # ms
 CEILING = 0.5
+FIGURE_NAMES = tuple(k.name for k in figures.figure_kinds())
 
 
 def hit_rate(policy: str, capacity: int, sr: float, mf: int, gf: int) -> float:
@@ -71,7 +74,7 @@ def make_results(
             row = {
                 "point_id": len(rows),
                 "trace": trace,
-                "trace_sha256": TRACES.get(trace, "c" * 64),
+                "trace_sha256": TRACES.get(trace) or hashlib.sha256(trace.encode()).hexdigest(),
                 "policy": policy,
                 "capacity": cap,
                 "block_size": bs,
@@ -161,7 +164,7 @@ def panels(fig: Figure) -> list[Axes]:
 
 
 def policy_lines(ax: Axes) -> list:  # type: ignore[type-arg]
-    return [line for line in ax.get_lines() if line.get_gid() != plot.CEILING_GID]
+    return [line for line in ax.get_lines() if line.get_gid() != style.CEILING_GID]
 
 
 def legend_labels(fig: Figure) -> list[str]:
@@ -183,7 +186,7 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     of this file, so it is done once, on one trace; several traces are tested per figure)."""
     one_trace = make_results(max_freqs=(1, 3), ghost_freqs=(0, 1), traces=("alpha",))
     run = write_run(tmp_path_factory.mktemp("run"), one_trace)
-    code = plot.main([str(run)])
+    code = plot.main([str(run), "--format", "png,pdf"])
     return run / "figures", code
 
 
@@ -191,11 +194,11 @@ def test_cli_draws_every_figure_in_png_and_pdf(cli_run: tuple[Path, int]) -> Non
     out, code = cli_run
     assert code == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{name}.{fmt}" for name in plot.FIGURE_NAMES for fmt in ("png", "pdf")
+        [".figures.json"] + [f"{name}.{fmt}" for name in FIGURE_NAMES for fmt in ("png", "pdf")]
     )
 
 
-@pytest.mark.parametrize("name", plot.FIGURE_NAMES)
+@pytest.mark.parametrize("name", FIGURE_NAMES)
 def test_figure_files_are_png_and_pdf(cli_run: tuple[Path, int], name: str) -> None:
     out, _ = cli_run
     png, pdf = (out / f"{name}.png").read_bytes(), (out / f"{name}.pdf").read_bytes()
@@ -207,7 +210,7 @@ def test_figure_files_are_png_and_pdf(cli_run: tuple[Path, int], name: str) -> N
 
 
 def test_hit_rate_vs_capacity(full: pd.DataFrame) -> None:
-    fig = plot.fig_hit_rate_vs_capacity(full, make_traces(full))
+    fig = capacity.fig_hit_rate_vs_capacity(full, make_traces(full))
     axes = panels(fig)
     assert [ax.get_title() for ax in axes] == ["alpha", "beta"]
     for ax in axes:
@@ -218,21 +221,21 @@ def test_hit_rate_vs_capacity(full: pd.DataFrame) -> None:
         lines = policy_lines(ax)
         assert len(lines) == 2
         assert len(ax.get_lines()) == 3  # and the ceiling
-        (ceiling,) = [line for line in ax.get_lines() if line.get_gid() == plot.CEILING_GID]
+        (ceiling,) = [line for line in ax.get_lines() if line.get_gid() == style.CEILING_GID]
         assert list(ceiling.get_ydata()) == [CEILING * 100] * 2
         s3fifo, lru = lines
         assert list(s3fifo.get_xdata()) == list(CAPACITIES)
         expected = [hit_rate("S3FIFO", c, 0.1, 3, 0) * 100 for c in CAPACITIES]
         np.testing.assert_allclose(s3fifo.get_ydata(), expected)
-        assert s3fifo.get_color() == plot.policy_style("S3FIFO")["color"]
-        assert lru.get_marker() == plot.policy_style("LRU")["marker"]
+        assert s3fifo.get_color() == style.policy_style("S3FIFO")["color"]
+        assert lru.get_marker() == style.policy_style("LRU")["marker"]
     assert legend_labels(fig) == ["S3FIFO (defaults)", "LRU", "infinite cache"]
 
 
 def test_hit_rate_vs_capacity_without_traces_file_or_defaults() -> None:
     df = make_results(small_ratios=(0.2, 0.3), traces=("alpha",))
     df = pd.concat([df, df[df.small_ratio == 0.3].iloc[:1]])  # 0.3 is the most frequent
-    fig = plot.fig_hit_rate_vs_capacity(df, None)
+    fig = capacity.fig_hit_rate_vs_capacity(df, None)
     (ax,) = panels(fig)
     assert len(ax.get_lines()) == 2  # no ceiling line
     assert legend_labels(fig) == ["S3FIFO (small_ratio=0.3)", "LRU"]
@@ -240,14 +243,14 @@ def test_hit_rate_vs_capacity_without_traces_file_or_defaults() -> None:
 
 def test_several_block_sizes_get_a_panel_each_and_no_token_axis() -> None:
     df = make_results(traces=("alpha",), block_sizes=(16, 32))
-    fig = plot.fig_hit_rate_vs_capacity(df)
+    fig = capacity.fig_hit_rate_vs_capacity(df)
     titles = [ax.get_title() for ax in panels(fig)]
     assert titles == ["alpha, 16-token blocks", "alpha, 32-token blocks"]
     assert all(not ax.child_axes for ax in panels(fig))
 
 
 def test_small_ratio_tuning(full: pd.DataFrame) -> None:
-    fig = plot.fig_small_ratio_tuning(full)
+    fig = small_ratio.fig_small_ratio_tuning(full)
     axes = panels(fig)
     assert len(axes) == 4  # (lines, heatmap) per trace
     assert len([ax for ax in fig.axes if ax.get_label() == "<colorbar>"]) == 2
@@ -258,7 +261,7 @@ def test_small_ratio_tuning(full: pd.DataFrame) -> None:
         assert len(lines) == len(CAPACITIES)
         assert list(lines[0].get_xdata()) == [0.05, 0.1, 0.2]
         assert heat_ax.get_ylabel() == "Capacity (blocks)"
-        assert heat_ax.get_title().endswith("gain over LRU")
+        assert heat_ax.get_title() == "S3FIFO gain over LRU (pp)"
         assert not heat_ax.get_lines()
         (image,) = heat_ax.get_images()
         gain = np.asarray(image.get_array())
@@ -271,32 +274,55 @@ def test_small_ratio_tuning(full: pd.DataFrame) -> None:
 
 def test_small_ratio_tuning_without_lru(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="sweep.plot")
-    fig = plot.fig_small_ratio_tuning(make_results(policies=("S3FIFO",)))
+    fig = small_ratio.fig_small_ratio_tuning(make_results(policies=("S3FIFO",)))
     assert len(panels(fig)) == 2
     assert all(len(ax.get_lines()) == 3 and not ax.get_images() for ax in panels(fig))
     assert "no LRU point" in caplog.text
 
 
-def test_max_freq_effect(full: pd.DataFrame) -> None:
-    fig = plot.fig_max_freq_effect(full)
+def labelled(ax: Axes) -> list:  # type: ignore[type-arg]
+    return [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+def test_max_freq_effect_is_the_difference_from_the_default(full: pd.DataFrame) -> None:
+    fig = params.fig_max_freq_effect(full)
     axes = panels(fig)
     assert len(axes) == 4  # per trace: one line per max_freq, one line per ghost_freq
     for ax in axes:
         assert ax.get_xlabel() == "Capacity (blocks)"
-        assert ax.get_ylabel() == "Token hit rate (%)"
-        assert len(ax.get_lines()) == 2
-    labels = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in axes[:2]]
-    assert labels == [["max_freq=1", "max_freq=3"], ["ghost_freq=0", "ghost_freq=1"]]
+    assert [ax.get_ylabel() for ax in axes[:2]] == [
+        "Hit rate - max_freq=3 (pp)",
+        "Hit rate - ghost_freq=0 (pp)",
+    ]
+    mf, gf = (labelled(ax) for ax in axes[:2])
+    assert [line.get_label() for line in mf] == ["max_freq=1", "max_freq=3 (reference)"]
+    assert [line.get_label() for line in gf] == ["ghost_freq=0 (reference)", "ghost_freq=1"]
+    # hit_rate() adds 0.001 per max_freq and 0.002 per ghost_freq: max_freq 1 is 2 * 0.001
+    # below max_freq 3 (-0.2 pp), ghost_freq 1 is 0.002 above ghost_freq 0 (+0.2 pp), at every
+    # capacity; the references are the zero lines
+    np.testing.assert_allclose(mf[0].get_ydata(), [-0.2] * 3)
+    np.testing.assert_allclose(mf[1].get_ydata(), [0.0] * 3, atol=1e-12)
+    np.testing.assert_allclose(gf[1].get_ydata(), [0.2] * 3)
+    assert list(mf[0].get_xdata()) == list(CAPACITIES)
+    legend = legend_labels(fig)
+    assert "max_freq=1" in legend and "ghost_freq=1" in legend
 
 
 def test_max_freq_effect_one_panel_when_ghost_freq_fixed() -> None:
-    fig = plot.fig_max_freq_effect(make_results(max_freqs=(1, 2, 3), traces=("alpha",)))
+    fig = params.fig_max_freq_effect(make_results(max_freqs=(1, 2, 3), traces=("alpha",)))
     (ax,) = panels(fig)
-    assert len(ax.get_lines()) == 3
+    assert len(labelled(ax)) == 3
+
+
+def test_max_freq_reference_is_the_smallest_value_without_the_default() -> None:
+    fig = params.fig_max_freq_effect(make_results(max_freqs=(2, 5), traces=("alpha",)))
+    (ax,) = panels(fig)
+    assert ax.get_ylabel() == "Hit rate - max_freq=2 (pp)"
+    np.testing.assert_allclose(labelled(ax)[1].get_ydata(), [0.3] * 3)  # 3 * 0.001
 
 
 def test_occupancy(full: pd.DataFrame) -> None:
-    fig = plot.fig_occupancy(full)
+    fig = capacity.fig_occupancy(full)
     axes = panels(fig)
     assert len(axes) == 2
     for ax in axes:
@@ -308,7 +334,7 @@ def test_occupancy(full: pd.DataFrame) -> None:
 
 
 def test_default_points_are_default_params_at_median_capacity(full: pd.DataFrame) -> None:
-    points = plot.default_points(full)
+    points = data.default_points(full)
     assert sorted(zip(points.trace, points.policy, strict=True)) == [
         ("alpha", "LRU"),
         ("alpha", "S3FIFO"),
@@ -321,9 +347,9 @@ def test_default_points_are_default_params_at_median_capacity(full: pd.DataFrame
 
 
 def test_hit_ratio_cdf(full: pd.DataFrame) -> None:
-    points = plot.default_points(full)
+    points = data.default_points(full)
     per_request = make_per_request(full)
-    fig = plot.fig_hit_ratio_cdf(points, per_request)
+    fig = requests.fig_hit_ratio_cdf(points, per_request)
     axes = panels(fig)
     assert [ax.get_title() for ax in axes] == ["alpha, 512 blocks", "beta, 512 blocks"]
     for ax in axes:
@@ -340,9 +366,9 @@ def test_hit_ratio_cdf(full: pd.DataFrame) -> None:
 
 
 def test_hit_rate_over_time(full: pd.DataFrame) -> None:
-    points = plot.default_points(full)
+    points = data.default_points(full)
     per_request = make_per_request(full)
-    fig = plot.fig_hit_rate_over_time(points, per_request, make_requests(full))
+    fig = requests.fig_hit_rate_over_time(points, per_request, make_requests(full))
     axes = panels(fig)
     assert len(axes) == 2
     for ax in axes:
@@ -367,7 +393,7 @@ def test_chosen_points_label_what_differs(full: pd.DataFrame) -> None:
         (full.trace == "alpha") & (full.policy == "S3FIFO") & (full.max_freq == 3)
         & (full.ghost_freq == 0) & (full.capacity == 256) & full.small_ratio.isin([0.05, 0.2])
     ]  # fmt: skip
-    fig = plot.fig_hit_ratio_cdf(chosen, make_per_request(full))
+    fig = requests.fig_hit_ratio_cdf(chosen, make_per_request(full))
     (ax,) = panels(fig)
     assert [line.get_label() for line in ax.get_lines()] == [
         "S3FIFO (small_ratio=0.05)",
@@ -380,39 +406,41 @@ def test_chosen_points_label_what_differs(full: pd.DataFrame) -> None:
 
 
 def skip_reason(func, *args) -> str:  # type: ignore[no-untyped-def]
-    with pytest.raises(plot.SkipFigure) as info:
+    with pytest.raises(figures.SkipFigure) as info:
         func(*args)
     return info.value.reason
 
 
 def test_figures_whose_parameter_did_not_vary_are_skipped() -> None:
     one_cap = make_results(capacities=(512,), small_ratios=(0.1,))
-    assert skip_reason(plot.fig_hit_rate_vs_capacity, one_cap) == (
+    assert skip_reason(capacity.fig_hit_rate_vs_capacity, one_cap) == (
         "only one capacity in the run (512)"
     )
-    assert skip_reason(plot.fig_occupancy, one_cap) == "only one capacity in the run (512)"
-    assert skip_reason(plot.fig_small_ratio_tuning, one_cap) == (
+    assert skip_reason(capacity.fig_occupancy, one_cap) == "only one capacity in the run (512)"
+    assert skip_reason(small_ratio.fig_small_ratio_tuning, one_cap) == (
         "only one small_ratio in the run (0.1)"
     )
-    assert skip_reason(plot.fig_max_freq_effect, one_cap) == (
+    assert skip_reason(params.fig_max_freq_effect, one_cap) == (
         "only one max_freq in the run (3); only one ghost_freq in the run (0)"
     )
     lru_only = make_results(policies=("LRU",))
-    assert skip_reason(plot.fig_small_ratio_tuning, lru_only) == "no S3FIFO points in the run"
-    assert skip_reason(plot.fig_max_freq_effect, lru_only) == "no S3FIFO points in the run"
+    assert (
+        skip_reason(small_ratio.fig_small_ratio_tuning, lru_only) == "no S3FIFO points in the run"
+    )
+    assert skip_reason(params.fig_max_freq_effect, lru_only) == "no S3FIFO points in the run"
 
 
 def test_per_request_figures_skipped_without_their_files(full: pd.DataFrame) -> None:
-    points = plot.default_points(full)
+    points = data.default_points(full)
     per_request = make_per_request(full)
     reason = "per_request.parquet absent (the run had save_per_request=false)"
-    assert skip_reason(plot.fig_hit_ratio_cdf, points, None) == reason
-    assert skip_reason(plot.fig_hit_rate_over_time, points, None, make_requests(full)) == reason
-    assert skip_reason(plot.fig_hit_rate_over_time, points, per_request, None) == (
+    assert skip_reason(requests.fig_hit_ratio_cdf, points, None) == reason
+    assert skip_reason(requests.fig_hit_rate_over_time, points, None, make_requests(full)) == reason
+    assert skip_reason(requests.fig_hit_rate_over_time, points, per_request, None) == (
         "requests.parquet absent (request timestamps are needed)"
     )
     empty = per_request[per_request.point_id < 0]
-    assert skip_reason(plot.fig_hit_ratio_cdf, points, empty).startswith(
+    assert skip_reason(requests.fig_hit_ratio_cdf, points, empty).startswith(
         "no per-request rows of the chosen points"
     )
 
@@ -440,23 +468,26 @@ def test_draw_figures_reports_and_logs_skips(
     for name, reason in report.skipped.items():
         assert f"skipped {name}: {reason}" in caplog.text
     assert "drew small_ratio_tuning" in caplog.text
-    assert [p.name for p in (tmp_path / "figs").iterdir()] == ["small_ratio_tuning.png"]
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        ".figures.json",
+        "small_ratio_tuning.png",
+    ]
 
 
 def test_explicit_points(tmp_path: Path, full: pd.DataFrame) -> None:
     run = write_run(tmp_path / "run", full, traces=False)
     ids = [int(i) for i in full.point_id[(full.policy == "LRU") & (full.trace == "beta")]]
-    data = plot._RunData(run, plot.load_results(run), ids)
-    assert list(data.points.point_id) == ids
-    assert set(data.per_request.point_id) == set(ids)  # only the chosen points are read
-    fig = plot.fig_hit_ratio_cdf(data.points, data.per_request)
+    run_data = data.RunData(run, data.load_results(run), ids)
+    assert list(run_data.points.point_id) == ids
+    assert set(run_data.per_request.point_id) == set(ids)  # only the chosen points are read
+    fig = requests.fig_hit_ratio_cdf(run_data.points, run_data.per_request)
     (ax,) = panels(fig)
     assert [line.get_label() for line in ax.get_lines()] == [
         "LRU (256 blocks)",
         "LRU (512 blocks)",
-        "LRU (1K blocks)",
+        "LRU (1Ki blocks)",
     ]
-    with pytest.raises(plot.PlotError, match=r"^points: no point 9999 in results.parquet$"):
+    with pytest.raises(figures.PlotError, match=r"^points: no point 9999 in results.parquet$"):
         plot.draw_figures(run, points=[ids[0], 9999])
 
 
@@ -464,20 +495,20 @@ def test_explicit_points(tmp_path: Path, full: pd.DataFrame) -> None:
 
 
 def test_bad_run_directories(tmp_path: Path) -> None:
-    with pytest.raises(plot.PlotError, match="no such directory") as info:
+    with pytest.raises(figures.PlotError, match="no such directory") as info:
         plot.draw_figures(tmp_path / "missing")
     assert isinstance(info.value, prefixsim.PrefixSimError)
-    with pytest.raises(plot.PlotError, match=r"no results\.parquet"):
+    with pytest.raises(figures.PlotError, match=r"no results\.parquet"):
         plot.draw_figures(tmp_path)
     (tmp_path / "results.parquet").write_text("not parquet")
-    with pytest.raises(plot.PlotError, match="unreadable") as info:
+    with pytest.raises(figures.PlotError, match="unreadable") as info:
         plot.draw_figures(tmp_path)
     assert "\n" not in str(info.value)
 
 
 def test_bad_format(tmp_path: Path, full: pd.DataFrame) -> None:
     run = write_run(tmp_path / "run", full)
-    with pytest.raises(plot.PlotError, match="invalid format 'xyz'"):
+    with pytest.raises(figures.PlotError, match="invalid format 'xyz'"):
         plot.draw_figures(run, formats=["png", "xyz"])
 
 
@@ -508,22 +539,103 @@ def test_cli_bad_points_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_policy_styles_are_fixed_and_distinct() -> None:
-    known = [plot.policy_style(p) for p in plot.POLICY_STYLES]
-    pairs = {(str(s["color"]), s["marker"]) for s in known}
-    assert len(pairs) == len(plot.POLICY_STYLES)
+    known = [style.policy_style(p) for p in style.POLICY_STYLES]
+    looks = {(s["color"], s["marker"], s["linestyle"]) for s in known}
+    assert len(looks) == len(style.POLICY_STYLES)
     assert len({s["marker"] for s in known}) == len(known)
-    assert set(prefixsim.policy_names()) <= set(plot.POLICY_STYLES)
-    assert plot.policy_style("S3FIFO") == {"color": plot._TAB10[0], "marker": "o"}
-    new = plot.policy_style("SOME_NEW_POLICY")
-    assert new == plot.policy_style("SOME_NEW_POLICY")  # deterministic
-    assert (str(new["color"]), new["marker"]) not in pairs
+    assert set(prefixsim.policy_names()) <= set(style.POLICY_STYLES)
+    assert style.policy_style("S3FIFO") == {"color": style.INDIGO, "marker": "o", "linestyle": "-"}
+    # a prefix-aware variant keeps its base policy's colour
+    assert style.policy_style("S3FIFO_LEAF")["color"] == style.policy_style("S3FIFO")["color"]
+    new = style.policy_style("SOME_NEW_POLICY")
+    assert new == style.policy_style("SOME_NEW_POLICY")  # deterministic
+    assert (new["color"], new["marker"], new["linestyle"]) not in looks
 
 
-def test_format_count() -> None:
-    assert [plot.format_count(v) for v in (512, 1024, 1536, 4 * 1024**2, 1000)] == [
-        "512",
-        "1K",
-        "1.5K",
-        "4M",
-        "1000",
-    ]
+def test_format_capacity() -> None:
+    binary = [style.format_capacity(v, True) for v in (512, 1024, 1536, 16384, 4 * 1024**2)]
+    assert binary == ["512", "1Ki", "1.5Ki", "16Ki", "4Mi"]
+    decimal = [style.format_capacity(v, False) for v in (1000, 16000, 1500, 182790, 2e6)]
+    # never 15.6K for 16,000 (16000/1024), never a rounded 183K for 182,790
+    assert decimal == ["1K", "16K", "1.5K", "182.79K", "2M"]
+    assert style.format_capacity(8 * 1024**3, True, "B") == "8GiB"
+
+
+def test_capacity_grids_are_binary_or_decimal() -> None:
+    assert style.is_binary([256, 512, 1024, 1536, 131072])
+    assert not style.is_binary([1000, 2000, 16000])
+    assert not style.is_binary([1024, 182790])  # not a multiple of 1024: decimal labels
+
+
+def test_capacity_axis_ticks_follow_the_grid() -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([1000, 200000], [0, 1])
+    style.capacity_axis(ax, [1000, 1500, 16000, 200000], None)
+    ticks = ax.xaxis.get_major_locator()()
+    assert list(ticks) == [1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000]
+    labels = [ax.xaxis.get_major_formatter()(t, i) for i, t in enumerate(ticks)]
+    assert labels == ["1K", "2K", "5K", "10K", "20K", "50K", "100K", "200K"]
+
+
+def test_round_time_bins() -> None:
+    # 60 bins at most: 2 min of trace -> 2 s bins; an hour -> 1 min; 61 min -> 2 min
+    assert requests.bin_width_ms(120_000) == 2_000
+    assert requests.bin_width_ms(3_600_000) == 60_000
+    assert requests.bin_width_ms(3_660_000) == 120_000
+    assert requests.format_width(120_000) == "2 min"
+    assert requests.format_width(15_000) == "15 s"
+
+
+def test_trace_labels() -> None:
+    assert data.trace_label("conversation") == "conversation"
+    assert data.trace_label("/data/my traces/toolagent_trace.jsonl.gz") == "toolagent_trace"
+    assert data.trace_label("b.jsonl") == "b"
+
+
+def test_unchanged_inputs_are_not_redrawn(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", make_results(traces=("alpha",)))
+    first = figures.draw_figures(run)
+    assert first.drawn and not first.unchanged
+    second = figures.draw_figures(run)
+    assert second.written == [] and second.unchanged == first.drawn
+    assert second.skipped == first.skipped
+    (run / "results.parquet").touch()  # a resumed run that adds nothing: the same bytes
+    assert figures.draw_figures(run).unchanged == first.drawn
+    write_run(run, make_results(traces=("alpha",), capacities=(256, 512)))  # new results
+    assert figures.draw_figures(run).drawn == first.drawn
+    assert figures.draw_figures(run, force=True).drawn == first.drawn
+    assert figures.draw_figures(run, formats=["png", "pdf"]).drawn == first.drawn
+
+
+# --- the sweep's plot node -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("plot=false", "plot.enabled=false"),
+        ("plot=true", "plot.enabled=true"),
+        ("plot.enabled=false", "plot.enabled=false"),
+        ("plot.formats=[png,pdf]", "plot.formats=[png,pdf]"),
+        ("plot=abc", "plot=abc"),  # not a bool: Hydra rejects it, naming the key
+    ],
+)
+def test_plot_false_is_plot_enabled_false(typed: str, expected: str) -> None:
+    from sweep.argv import rewrite_override
+
+    assert rewrite_override(typed) == expected
+
+
+def test_plot_node_composes() -> None:
+    from sweep.config import PlotConfig, SweepConfig
+    from test_sweep import compose
+
+    assert compose().plot == PlotConfig(enabled=True, formats=["png"])
+    assert compose("plot=false").plot.enabled is False
+    assert compose("plot.formats=[png,pdf]").plot.formats == ["png", "pdf"]
+    assert SweepConfig(plot=False).plot == PlotConfig(enabled=False)  # type: ignore[arg-type]
+    with pytest.raises(prefixsim.ParameterError, match=r"plot\.formats='xyz'"):
+        compose("plot.formats=[png,xyz]")

@@ -675,8 +675,8 @@ def _run_locked(
             len(summary.failures),
             run_dir.manifest,
         )
-    if cfg.plot and summary.rows and not summary.interrupted:
-        _draw_figures(run_dir)
+    if cfg.plot.enabled and summary.rows and not summary.interrupted:
+        _draw_figures(run_dir, cfg.plot.formats)
     return summary
 
 
@@ -711,15 +711,15 @@ def _draw_cluster_figures(run_dir: RunDir) -> bool:
     return True
 
 
-def _draw_figures(run_dir: RunDir) -> None:
+def _draw_figures(run_dir: RunDir, formats: list[str]) -> None:
     """The run's figures; a plotting problem is logged, never lost results or a failed sweep."""
-    from .plot import draw_figures
+    from .figures import draw_figures
 
     if _draw_cluster_figures(run_dir):
         return
     t = time.perf_counter()
     try:
-        report = draw_figures(run_dir.path)
+        report = draw_figures(run_dir.path, formats=formats)
     except Exception as err:  # the numbers are written; say what went wrong and how to retry
         log.error(
             "figures failed (%s: %s); the results are complete; retry: python -m sweep.plot %s",
@@ -729,8 +729,9 @@ def _draw_figures(run_dir: RunDir) -> None:
         )
         return
     log.info(
-        "figures: %d in %s (%.1f s)",
+        "figures: %d in %s (%.1f s)%s",
         len(report.drawn),
         run_dir.path / "figures",
         time.perf_counter() - t,
+        f"; {len(report.unchanged)} unchanged (same results)" if report.unchanged else "",
     )

@@ -16,6 +16,7 @@ typed                                  handed to Hydra
 ``capacity=[1024,2048]``               unchanged
 ``trace=conversation,'my trace.gz'``   ``trace=[conversation,'my trace.gz']``
 ``'capacity=range(1,100001)'``         ``capacity=${sweep_range:1,100001,1}``
+``plot=false``                         ``plot.enabled=false`` (``plot`` is a node)
 =====================================  =======================================
 
 A ``range()`` of 1,000 values or more becomes one interpolation (:mod:`sweep.ranges`): Hydra's
@@ -118,6 +119,12 @@ def rewrite_override(text: str) -> str:
     except HydraException:
         return text  # let Hydra report the parse error in its own words
     key = override.key_or_group
+    if key == "plot" and override.package is None and not override.is_sweep_override():
+        # ``plot=false`` (documented before ``plot`` became a node) is ``plot.enabled=false``
+        value = override.value() if override.value_type == ValueType.ELEMENT else None
+        if isinstance(value, bool):
+            return f"plot.enabled={str(value).lower()}"
+        return text
     is_grid = key in GRID_KEYS and override.package is None
     if not is_grid:
         if override.is_sweep_override():

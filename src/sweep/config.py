@@ -90,6 +90,37 @@ class ExecutorConfig:
                 ) from None
 
 
+FIGURE_FORMATS: tuple[str, ...] = (
+    "eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff",
+    "webp",
+)  # fmt: skip
+"""File types matplotlib's Agg, PDF, PS, SVG and PGF backends write."""
+
+
+@dataclass
+class PlotConfig:
+    """The figures drawn at the end of a run (``python -m sweep.plot`` draws them later)."""
+
+    enabled: bool = True
+    """Draw the figures into ``out_dir/figures`` (``plot=false`` is short for
+    ``plot.enabled=false``)."""
+    formats: list[str] = field(default_factory=lambda: ["png"])
+    """File formats, e.g. ``[png,pdf]``; PNG only by default (a PDF costs as much again)."""
+
+    def __post_init__(self) -> None:
+        # checked before the first replay, not after the whole run (matplotlib is not imported
+        # for this: FIGURE_FORMATS is its list of file types)
+        bad = [f for f in self.formats if str(f).lower().lstrip(".") not in FIGURE_FORMATS]
+        if bad or not self.formats:
+            from prefixsim import ParameterError
+
+            raise ParameterError(
+                "plot.formats",
+                bad[0] if bad else self.formats,
+                f"expected one or more of {', '.join(FIGURE_FORMATS)}",
+            )
+
+
 @dataclass
 class ModelConfig:
     """Schema of the config group ``model``: the fields of :class:`prefixsim.ModelProfile`
@@ -176,10 +207,13 @@ class SweepConfig:
     """Write per_request.parquet (one row per point and request)."""
     progress: bool = True
     """Show a progress bar on grids that take more than a moment (only on a terminal)."""
-    plot: bool = True
-    """Draw the run's figures into ``out_dir/figures`` at the end (``python -m sweep.plot``)."""
+    plot: PlotConfig = field(default_factory=PlotConfig)
+    """The figures at the end of the run; from Python ``plot=False`` is accepted too."""
 
     def __post_init__(self) -> None:
+        # ``SweepConfig(plot=False)`` as before the plot node existed
+        if isinstance(self.plot, bool):
+            self.plot = PlotConfig(enabled=self.plot)
         # From Python, a bundled profile's name (or a YAML path) is as good as its config node.
         if isinstance(self.model, str):
             from prefixsim.models import load_model
@@ -216,6 +250,7 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
         ("executor.", cfg.get("executor"), ExecutorConfig),
         ("model.", cfg.get("model"), ModelConfig),
         ("hardware.", cfg.get("hardware"), HardwareConfig),
+        ("plot.", cfg.get("plot"), PlotConfig),
     ):
         if not isinstance(node, DictConfig):
             continue

@@ -1,0 +1,118 @@
+"""``max_freq_effect``: the effect of S3FIFO's ``max_freq`` (and ``ghost_freq`` when it varies)
+across capacities, drawn as the difference from the default value in percentage points.
+
+The effect of these parameters is a fraction of a point on a hit rate of tens of percent: on an
+absolute axis the lines lie on top of each other. Each line is therefore ``hit rate(value) -
+hit rate(reference)`` at the same trace, block size and capacity, where the reference is the
+registered default (``max_freq=3``, ``ghost_freq=0``) or, when the run lacks it, the smallest
+value; the reference is the zero line.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from .data import (
+    RunData,
+    SkipFigure,
+    fix_params,
+    one_value,
+    panels,
+    param_keys,
+    policy_rows,
+    registry_defaults,
+)
+from .registry import FigureKind, register
+from .style import (
+    MARKERS,
+    Series,
+    capacity_axis,
+    draw_series,
+    figure_legend,
+    layout,
+    sequential,
+    styled,
+)
+
+
+def _reference(values: list[int], policy: str, varied: str) -> int:
+    default = registry_defaults(policy).get(varied)
+    return int(default) if default is not None and int(default) in values else values[0]
+
+
+@styled
+def fig_max_freq_effect(results: pd.DataFrame, policy: str = "S3FIFO") -> Figure:
+    """``policy``'s hit rate minus its hit rate at the reference ``max_freq`` (pp) against
+    capacity, one line per max_freq (a panel per trace); one more panel per trace, with one line
+    per ghost_freq, when ghost_freq varies."""
+    rows = policy_rows(results, policy)
+    keys = param_keys(rows)
+    drawn: list[str] = []
+    for varied in ("max_freq", "ghost_freq"):
+        if varied in keys:
+            fixed, _ = fix_params(rows, policy, [k for k in keys if k != varied])
+            if one_value(fixed, varied, varied) is None:
+                drawn.append(varied)
+    if not drawn:
+        mf = one_value(rows, "max_freq", "max_freq") if "max_freq" in keys else "no max_freq"
+        gf = one_value(rows, "ghost_freq", "ghost_freq") if "ghost_freq" in keys else ""
+        raise SkipFigure("; ".join(r for r in (mf, gf) if r))
+    panel_list = panels(rows)
+    fig, axes = layout(len(panel_list) * len(drawn), ncols=len(drawn))
+    series: list[Series] = []
+    titles = []
+    for i, panel in enumerate(panel_list):
+        for j, varied in enumerate(drawn):
+            n = i * len(drawn) + j
+            fixed, shown = fix_params(panel.rows, policy, [k for k in keys if k != varied])
+            values = sorted(int(v) for v in rows[varied].dropna().unique())
+            ref = _reference(values, policy, varied)
+            base = fixed[fixed[varied].eq(ref).fillna(False).astype(bool)]
+            base_rate = base.groupby("capacity")["overall_hit_rate"].mean()
+            colours = sequential(len(values))
+            for k, value in enumerate(values):
+                sub = fixed[fixed[varied].eq(value).fillna(False).astype(bool)]
+                sub = sub[sub["capacity"].isin(base_rate.index)].sort_values("capacity")
+                if sub.empty:
+                    continue
+                diff = (sub["overall_hit_rate"] - sub["capacity"].map(base_rate)) * 100
+                label = f"{varied}={value}" + (" (reference)" if value == ref else "")
+                style = {"color": colours[k], "marker": MARKERS[k % len(MARKERS)]}
+                if value == ref:
+                    style.update(color="0.3", linestyle="--", marker=None)
+                series.append(
+                    Series(
+                        n,
+                        f"{varied}={value}",
+                        label,
+                        sub["capacity"].to_numpy(dtype=float),
+                        diff.to_numpy(dtype=float),
+                        style,
+                    )
+                )
+            axes[n].set_ylabel(f"Hit rate - {varied}={ref} (pp)")
+            capacity_axis(axes[n], panel.rows["capacity"].tolist(), None)
+            titles.append(f"{panel.title}: {policy}" + (f" ({shown})" if shown else ""))
+    draw_series(axes, series)
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title)
+        ax.axhline(0, color="0.3", linewidth=0.6, zorder=0)
+        _symmetric_margin(ax)
+    figure_legend(fig, axes)
+    return fig
+
+
+def _symmetric_margin(ax: Axes) -> None:
+    """Keep zero inside the y range with a little room on each side."""
+    lo, hi = ax.get_ylim()
+    span = max(hi - lo, 0.02)
+    ax.set_ylim(min(lo, -0.05 * span), max(hi, 0.05 * span))
+
+
+def _draw(data: RunData) -> Figure:
+    return fig_max_freq_effect(data.results)
+
+
+register(FigureKind("max_freq_effect", _draw, order=30))

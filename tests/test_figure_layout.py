@@ -1,0 +1,150 @@
+"""The figures read well at 1 policy and at 11: no legend over the data, no clipped or
+overlapping text, no series hidden under another without notice (:mod:`layout_checks`).
+
+The runs are written by the tests (the all-policies experiment's shape: every registered policy
+at ten capacities, S3FIFO also at several ``small_ratio`` and ``max_freq``), with identical
+series on purpose: in the real all-policies run LFU equals SIEVE, LRU_LEAF equals
+LRU_TAIL_FIRST and, in occupancy, S3FIFO_LEAF equals S3FIFO and every other policy equals LRU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+import prefixsim
+from layout_checks import problems
+from sweep.figures import RunData, SkipFigure, figure_kinds
+from sweep.figures.data import load_results
+from sweep.figures.style import style_context
+from test_plot import make_results, write_run
+
+ALL_POLICIES = tuple(prefixsim.policy_names())
+CAPACITIES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+FACTOR = {  # hit rate relative to LRU; equal factors give identical series
+    "S3FIFO": 0.8,
+    "LRU": 1.0,
+    "FIFO": 0.9,
+    "CLOCK": 0.97,
+    "SIEVE": 0.7,
+    "LFU": 0.7,
+    "ARC": 1.02,
+    "BELADY": 2.0,
+    "LRU_TAIL_FIRST": 1.01,
+    "LRU_LEAF": 1.01,
+    "S3FIFO_LEAF": 0.78,
+}
+
+
+def all_policies_results(policies: tuple[str, ...], traces: tuple[str, ...]) -> pd.DataFrame:
+    df = make_results(
+        policies=policies,
+        capacities=CAPACITIES,
+        small_ratios=(0.05, 0.1, 0.2, 0.4),
+        max_freqs=(1, 3),
+        traces=traces,
+    )
+    base = np.log2(df["capacity"] / 128) / np.log2(2048)  # 0.1 to 1
+    factor = df["policy"].map(FACTOR).fillna(1.0)
+    tweak = df["small_ratio"].fillna(0.1) * 0.02 + df["max_freq"].astype("float").fillna(3) * 1e-3
+    df["overall_hit_rate"] = (0.37 * base * factor / 2.0 + tweak).clip(upper=0.37)
+    s3 = df["policy"].str.startswith("S3FIFO")
+    low = np.where(df["capacity"] < 2048, 0.35, 1.0)
+    df["final_cache_blocks"] = np.where(s3, df["capacity"] * low, df["capacity"]).astype("int64")
+    return df
+
+
+def figures_of(run: Path) -> dict[str, Figure]:
+    data = RunData(run, load_results(run))
+    out = {}
+    for kind in figure_kinds():
+        try:
+            out[kind.name] = kind.draw(data)
+        except SkipFigure:
+            continue
+    return out
+
+
+@pytest.mark.parametrize(
+    ("policies", "traces"),
+    [
+        (ALL_POLICIES, ("conversation",)),
+        (("S3FIFO",), ("conversation",)),
+        (("S3FIFO", "LRU"), ("conversation", "/data/traces/toolagent_trace.jsonl.gz")),
+    ],
+    ids=["11-policies", "1-policy", "2-traces"],
+)
+def test_figures_read_well(
+    tmp_path: Path, policies: tuple[str, ...], traces: tuple[str, ...]
+) -> None:
+    results = all_policies_results(policies, traces)
+    run = write_run(tmp_path / "run", results)
+    figures = figures_of(run)
+    assert set(figures) >= {"hit_rate_vs_capacity", "small_ratio_tuning", "max_freq_effect"}
+    found = {name: problems(fig, style_context()) for name, fig in figures.items()}
+    assert {name: p for name, p in found.items() if p} == {}
+
+
+def test_identical_series_are_announced(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", all_policies_results(ALL_POLICIES, ("conversation",)))
+    figures = figures_of(run)
+    labels = [t.get_text() for leg in figures["hit_rate_vs_capacity"].legends for t in leg.texts]
+    assert "LFU (= SIEVE)" in labels
+    assert "LRU_LEAF (= LRU_TAIL_FIRST)" in labels
+    occupancy = [t.get_text() for leg in figures["occupancy"].legends for t in leg.texts]
+    assert "S3FIFO_LEAF (defaults) (= S3FIFO (defaults))" in occupancy
+    assert "FIFO (= LRU)" in occupancy
+
+
+def test_the_checks_catch_a_legend_on_the_data_and_a_hidden_series() -> None:
+    """The checks can fail: a legend inside the axes over the lines, a hidden line, and tick
+    labels crowded into each other."""
+    fig = Figure(figsize=(3.4, 2.0))
+    ax = fig.subplots()
+    ax.plot([1, 2, 3], [1, 2, 3], label="A")
+    ax.plot([1, 2, 3], [1, 2, 3], label="B")
+    ax.legend(loc="center")
+    ax.set_xticks(np.linspace(1, 3, 40))
+    found = problems(fig)
+    assert any(p.startswith("a legend overlaps the axes") for p in found)
+    assert "'B' is hidden under 'A' in '' without notice" in found
+    assert any("tick label" in p and "overlaps tick label" in p for p in found)
+
+
+def test_trace_panels_follow_the_typed_order_and_use_file_stems(tmp_path: Path) -> None:
+    typed = ("/data/zeta.jsonl", "alpha")  # typed zeta first; alphabetical order would swap them
+    run = write_run(tmp_path / "run", all_policies_results(("LRU",), typed))
+    fig = figures_of(run)["hit_rate_vs_capacity"]
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["zeta", "alpha"]
+
+
+@pytest.mark.slow
+def test_the_all_policies_experiment_reads_well(tmp_path: Path) -> None:
+    """The experiment itself (``+experiment=all_policies``) on the bundled trace, at four of
+    its capacities: every registered policy, real data (LFU equals SIEVE there)."""
+    import dataclasses
+
+    from sweep import ExecutorConfig, run_sweep
+    from sweep.config import PlotConfig
+    from test_sweep import compose
+
+    cfg = compose("+experiment=all_policies", "capacity=1024,4096,16384,65536")
+    cfg = dataclasses.replace(
+        cfg,
+        out_dir=str(tmp_path / "run"),
+        executor=ExecutorConfig(n_jobs=1),
+        plot=PlotConfig(enabled=False),
+        progress=False,
+    )
+    assert sorted(cfg.policy) == sorted(ALL_POLICIES)
+    summary = run_sweep(cfg)
+    assert summary.exit_code == 0
+    figures = figures_of(tmp_path / "run")
+    assert set(figures) == {"hit_rate_vs_capacity", "occupancy", "hit_ratio_cdf",
+                            "hit_rate_over_time"}  # fmt: skip
+    found = {name: problems(fig, style_context()) for name, fig in figures.items()}
+    assert {name: p for name, p in found.items() if p} == {}
