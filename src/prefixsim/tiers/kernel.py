@@ -1,0 +1,320 @@
+"""The compiled hierarchy replay: one numba kernel, every tier's state in flat arrays.
+
+The single-cache kernels each replay a whole trace in one function with scalar locals, which
+cannot be composed. Tiers need a policy's steps (hit, admit returning its victim, remove)
+callable per tier, so this kernel holds the state of tier ``t`` in column ``t`` of per-block
+arrays and dispatches every step on a small policy code (:data:`CODES`). The step functions
+are ``inline="always"``: numba splices them into the kernel at IR level, so the array
+arguments cost no reference-count traffic per call (the reason the single-cache S3FIFO kernel
+is one function).
+
+State, for block ``h`` in tier ``t``: ``where[h, t]`` (0 absent; 1 resident, S3FIFO: in S;
+2 S3FIFO: in M; 3 S3FIFO: in the ghost), ``aux[h, t]`` (S3FIFO freq, SIEVE visited bit, LFU
+count) and ``link[h, t] = (prev, next)`` in the one list of that tier holding it. Per tier,
+list ``l`` runs from ``lh[t, l]`` (oldest) to ``lt[t, l]`` (newest) with ``ln[t, l]``
+entries; LRU, FIFO and SIEVE use list 0, S3FIFO lists 0 (S), 1 (M) and 2 (G), LFU one list
+per count value in ``bh``/``bt`` (and ``ln[t, 0]`` for its size). Lists replace the rings of
+the single-cache FIFO and S3FIFO kernels because a block promoted to a faster tier leaves from
+the middle. Every admission of these policies evicts at most one block (S3FIFO: an S drain
+pops one head, and admit_to_M evicts exactly one), so a step returns one victim or -1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+CODES: dict[str, int] = {"LRU": 0, "FIFO": 1, "SIEVE": 2, "LFU": 3, "S3FIFO": 4}
+"""Policies the kernel runs, in any tier."""
+_LRU, _FIFO, _SIEVE, _LFU, _S3FIFO = 0, 1, 2, 3, 4
+_ABSENT, _RES, _IN_M, _IN_G = 0, 1, 2, 3  # _RES is also S3FIFO's S
+_S, _M, _G = 0, 1, 2  # S3FIFO's lists
+_HITS, _ADMISSIONS, _DEMOTIONS_IN, _EVICTIONS, _PROMOTIONS_OUT = 0, 1, 2, 3, 4
+
+
+@njit(inline="always")
+def _unlink(link, heads, tails, t, lst, h):
+    p = link[h, t, 0]
+    n = link[h, t, 1]
+    if p >= 0:
+        link[p, t, 1] = n
+    else:
+        heads[t, lst] = n
+    if n >= 0:
+        link[n, t, 0] = p
+    else:
+        tails[t, lst] = p
+
+
+@njit(inline="always")
+def _push(link, heads, tails, t, lst, h):
+    """Append ``h`` at the newest end of list ``lst`` of tier ``t``."""
+    old = tails[t, lst]
+    link[h, t, 0] = old
+    link[h, t, 1] = -1
+    if old >= 0:
+        link[old, t, 1] = h
+    else:
+        heads[t, lst] = h
+    tails[t, lst] = h
+
+
+@njit(inline="always")
+def _hit(code, t, h, where, aux, link, bh, bt, min_f, max_freq, lh, lt):
+    """The access rule of a block resident in tier ``t``."""
+    if code == _LRU:
+        if lt[t, 0] != h:
+            _unlink(link, lh, lt, t, 0, h)
+            _push(link, lh, lt, t, 0, h)
+    elif code == _SIEVE:
+        aux[h, t] = 1
+    elif code == _LFU:
+        f = aux[h, t]
+        _unlink(link, bh, bt, t, f, h)
+        if f == min_f[t] and bh[t, f] < 0:
+            min_f[t] = f + 1
+        aux[h, t] = f + 1
+        _push(link, bh, bt, t, f + 1, h)
+    elif code == _S3FIFO:
+        f = aux[h, t] + 1
+        aux[h, t] = f if f < max_freq else max_freq
+    # FIFO: a hit changes nothing
+
+
+@njit(inline="always")
+def _remove(code, t, h, where, aux, link, bh, bt, lh, lt, ln, hand):
+    """Take resident ``h`` out of tier ``t``: no ghost entry, not an eviction."""
+    if code == _LFU:
+        _unlink(link, bh, bt, t, aux[h, t], h)
+        ln[t, 0] -= 1  # min_f stays a lower bound of the smallest count
+    else:
+        lst = where[h, t] - 1  # S3FIFO: S is list 0, M list 1; the others use list 0
+        if code == _SIEVE and hand[t] == h:
+            hand[t] = link[h, t, 1]  # as after evicting h: toward the newer neighbour
+        _unlink(link, lh, lt, t, lst, h)
+        ln[t, lst] -= 1
+    where[h, t] = _ABSENT
+
+
+@njit(inline="always")
+def _admit(
+    code, t, h, where, aux, link, bh, bt, min_f, lh, lt, ln, hand,
+    cap, small_cap, max_freq, ghost_freq,
+):  # fmt: skip
+    """The miss path of tier ``t`` for ``h`` (not resident there); returns its victim or -1."""
+    victim = -1
+    if code == _LRU or code == _FIFO:
+        if ln[t, 0] >= cap:
+            victim = lh[t, 0]
+            _unlink(link, lh, lt, t, 0, victim)
+            where[victim, t] = _ABSENT
+            ln[t, 0] -= 1
+        _push(link, lh, lt, t, 0, h)
+        where[h, t] = _RES
+        ln[t, 0] += 1
+    elif code == _SIEVE:
+        # The paper's list from its tail (oldest, lh) to its head (newest, lt): the paper's
+        # o.prev (toward the head) is link[o, t, 1].
+        if ln[t, 0] >= cap:
+            o = hand[t]
+            if o < 0:
+                o = lh[t, 0]
+            while aux[o, t] == 1:
+                aux[o, t] = 0
+                o = link[o, t, 1]
+                if o < 0:
+                    o = lh[t, 0]
+            hand[t] = link[o, t, 1]
+            _unlink(link, lh, lt, t, 0, o)
+            where[o, t] = _ABSENT
+            ln[t, 0] -= 1
+            victim = o
+        _push(link, lh, lt, t, 0, h)
+        where[h, t] = _RES
+        aux[h, t] = 0
+        ln[t, 0] += 1
+    elif code == _LFU:
+        if ln[t, 0] >= cap:
+            f = min_f[t]
+            while bh[t, f] < 0:  # stale after a removal emptied the lowest bucket
+                f += 1
+            victim = bh[t, f]
+            _unlink(link, bh, bt, t, f, victim)
+            where[victim, t] = _ABSENT
+            ln[t, 0] -= 1
+        min_f[t] = 1
+        aux[h, t] = 1
+        _push(link, bh, bt, t, 1, h)
+        where[h, t] = _RES
+        ln[t, 0] += 1
+    else:  # S3FIFO, as in its single-cache kernel, with lists for S and M
+        main_cap = cap - small_cap
+        to_g = -1
+        to_m = -1
+        to_m_freq = 0
+        to_s = -1
+        if where[h, t] == _IN_G:
+            _unlink(link, lh, lt, t, _G, h)
+            ln[t, _G] -= 1
+            to_m = h
+            to_m_freq = ghost_freq
+        else:
+            to_s = h
+        while True:
+            if to_g >= 0:
+                if ln[t, _G] >= main_cap:
+                    old = lh[t, _G]
+                    _unlink(link, lh, lt, t, _G, old)
+                    where[old, t] = _ABSENT
+                    ln[t, _G] -= 1
+                _push(link, lh, lt, t, _G, to_g)
+                ln[t, _G] += 1
+                where[to_g, t] = _IN_G
+                to_g = -1
+            if to_m >= 0:
+                while ln[t, _M] >= main_cap:
+                    v = lh[t, _M]
+                    vf = aux[v, t]
+                    _unlink(link, lh, lt, t, _M, v)
+                    if vf >= 1:
+                        aux[v, t] = vf - 1
+                        _push(link, lh, lt, t, _M, v)  # second chance: requeued at the tail
+                        continue
+                    ln[t, _M] -= 1
+                    victim = v
+                    to_g = v
+                    break
+                _push(link, lh, lt, t, _M, to_m)
+                ln[t, _M] += 1
+                where[to_m, t] = _IN_M
+                aux[to_m, t] = to_m_freq
+                to_m = -1
+                continue
+            if to_s < 0:
+                break
+            if ln[t, _S] >= small_cap:
+                v = lh[t, _S]
+                _unlink(link, lh, lt, t, _S, v)
+                ln[t, _S] -= 1
+                vf = aux[v, t]
+                if vf >= 1:
+                    to_m = v
+                    to_m_freq = vf
+                else:
+                    victim = v
+                    to_g = v
+                continue
+            _push(link, lh, lt, t, _S, to_s)
+            ln[t, _S] += 1
+            where[to_s, t] = _RES
+            aux[to_s, t] = 0
+            break
+    return victim
+
+
+@njit(cache=True)
+def tiers_kernel(
+    block_ids, offsets, input_lengths, n_blocks, block_size, exclusive,
+    codes, caps, small_caps, max_freqs, ghost_freqs, tier_hit_tokens, tcnt, occupancy,
+):  # fmt: skip
+    """Replay the trace through the hierarchy (``docs/tiers.md``); fills ``tier_hit_tokens``
+    ``[tier, request]``, the tier counters ``tcnt[tier, counter]`` and ``occupancy[tier]``;
+    returns the hit tokens per request."""
+    n_tiers = codes.shape[0]
+    where = np.zeros((n_blocks, n_tiers), np.int8)
+    aux = np.zeros((n_blocks, n_tiers), np.int32)
+    link = np.empty((n_blocks, n_tiers, 2), np.int32)
+    lh = np.full((n_tiers, 3), -1, np.int64)
+    lt = np.full((n_tiers, 3), -1, np.int64)
+    ln = np.zeros((n_tiers, 3), np.int64)
+    hand = np.full(n_tiers, -1, np.int64)
+    min_f = np.ones(n_tiers, np.int64)
+    # LFU buckets, one per count value: a count grows only on hits, so it stays below the
+    # block's occurrences in the trace + 2.
+    n_buckets = 1
+    for t in range(n_tiers):
+        if codes[t] == _LFU:
+            occ = np.zeros(n_blocks, np.int64)
+            for i in range(block_ids.shape[0]):
+                occ[block_ids[i]] += 1
+            n_buckets = occ.max() + 3 if n_blocks > 0 else 3
+            break
+    bh = np.full((n_tiers, n_buckets), -1, np.int64)
+    bt = np.full((n_tiers, n_buckets), -1, np.int64)
+    n_requests = input_lengths.shape[0]
+    hit_tokens = np.empty(n_requests, np.int64)
+    for r in range(n_requests):
+        start = offsets[r]
+        end = offsets[r + 1]
+        length = input_lengths[r]
+        # The prefix scan at arrival over the union; block j to the fastest tier holding it.
+        k = start
+        while k < end:
+            h = block_ids[k]
+            t = 0
+            while t < n_tiers:
+                w = where[h, t]
+                if w == _RES or w == _IN_M:  # noqa: SIM109 (plain compares in the hot loop)
+                    break
+                t += 1
+            if t == n_tiers:
+                break
+            lo = (k - start) * block_size
+            hi = lo + block_size
+            if hi > length:
+                hi = length
+            if hi > lo:
+                tier_hit_tokens[t, r] += hi - lo
+            k += 1
+        hit_tokens[r] = min((k - start) * block_size, length)
+        for i in range(start, end):
+            h = block_ids[i]
+            t = 0
+            while t < n_tiers:
+                w = where[h, t]
+                if w == _RES or w == _IN_M:  # noqa: SIM109
+                    break
+                t += 1
+            if t < n_tiers:
+                tcnt[t, _HITS] += 1
+            if exclusive:
+                if t == 0:
+                    _hit(codes[0], 0, h, where, aux, link, bh, bt, min_f, max_freqs[0], lh, lt)
+                    continue
+                if t < n_tiers:
+                    _remove(codes[t], t, h, where, aux, link, bh, bt, lh, lt, ln, hand)
+                    tcnt[t, _PROMOTIONS_OUT] += 1
+                # Admit to tier 0; each victim is demoted one tier down (dropped from the last).
+                u = 0
+                x = h
+                tcnt[0, _ADMISSIONS] += 1
+                while True:
+                    v = _admit(
+                        codes[u], u, x, where, aux, link, bh, bt, min_f, lh, lt, ln, hand,
+                        caps[u], small_caps[u], max_freqs[u], ghost_freqs[u],
+                    )  # fmt: skip
+                    if v < 0:
+                        break
+                    tcnt[u, _EVICTIONS] += 1
+                    u += 1
+                    if u == n_tiers:
+                        break
+                    tcnt[u, _ADMISSIONS] += 1
+                    tcnt[u, _DEMOTIONS_IN] += 1
+                    x = v
+            else:
+                if t < n_tiers:
+                    _hit(codes[t], t, h, where, aux, link, bh, bt, min_f, max_freqs[t], lh, lt)
+                    if t > 0:
+                        tcnt[t, _PROMOTIONS_OUT] += 1
+                for u in range(t):  # a miss (t == n_tiers) goes to every tier
+                    tcnt[u, _ADMISSIONS] += 1
+                    v = _admit(
+                        codes[u], u, h, where, aux, link, bh, bt, min_f, lh, lt, ln, hand,
+                        caps[u], small_caps[u], max_freqs[u], ghost_freqs[u],
+                    )  # fmt: skip
+                    if v >= 0:
+                        tcnt[u, _EVICTIONS] += 1
+    for t in range(n_tiers):
+        occupancy[t] = ln[t, 0] + (ln[t, _M] if codes[t] == _S3FIFO else 0)
+    return hit_tokens
