@@ -258,7 +258,7 @@ def test_no_removal_refused_as_lower_tier(policy: str) -> None:
 @pytest.mark.parametrize("policy", ["LRU_LEAF", "LRU_TAIL_FIRST", "S3FIFO_LEAF"])
 def test_request_level_policy_refused_in_a_hierarchy(policy: str) -> None:
     with pytest.raises(ParameterError, match=r"tiers\[0\].policy.*request-level"):
-        run([(1, ["a"])], [{"policy": policy, "capacity": 2}, lru(2)], "exclusive")
+        run([(1, ["a"])], [{"policy": policy, "capacity": 20}, lru(2)], "exclusive")
 
 
 def test_bad_mode_and_medium() -> None:
