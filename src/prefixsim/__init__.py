@@ -9,6 +9,7 @@ from .errors import ParameterError, PrefixSimError, TraceError
 from .lru_curve import Ceiling, LRUCurve, ceiling, lru_curve
 from .policies import PolicyParams, get_policy, policy_names, register
 from .replay import ReplayResult, make_params, replay, replay_params
+from .tiers import TieredResult, replay_tiers
 from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "PolicyParams",
     "PrefixSimError",
     "ReplayResult",
+    "TieredResult",
     "Trace",
     "TraceError",
     "ceiling",
@@ -31,5 +33,6 @@ __all__ = [
     "register",
     "replay",
     "replay_params",
+    "replay_tiers",
 ]
 __version__ = "0.1.0"

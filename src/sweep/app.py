@@ -26,6 +26,7 @@ from prefixsim import ParameterError, Trace
 from . import manifest as env
 from .config import POLICY_PARAM_KEYS, Backend, ExecutorConfig, SweepConfig
 from .grid import Point, assign_points, plan_grid, unused_parameters
+from .tiers import tier_columns
 from .run import (
     Batch,
     Outcome,
@@ -147,6 +148,7 @@ def _part_table(points: dict[int, Point], outcomes: Sequence[Outcome]) -> pa.Tab
         cols[c] = [(o.counters or {}).get(c) for o in outcomes]
     cols["replay_seconds"] = [o.seconds for o in outcomes]
     cols["point_key"] = [p.key for p in pts]
+    cols.update(tier_columns(pts, outcomes))
     arrays = [pa.array(cols[f.name], f.type) for f in PART_SCHEMA if f.name != "hit_tokens"]
     hits = [o.hit_tokens for o in outcomes if o.hit_tokens is not None]
     list_type = PART_SCHEMA.field("hit_tokens").type

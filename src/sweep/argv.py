@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from .config import GRID_KEYS
+from .config import GRID_KEYS, TIER_GRID_KEYS
 
 MULTIRUN_FLAGS = ("--multirun", "-m")
 
@@ -113,7 +113,7 @@ def rewrite_override(text: str) -> str:
     except HydraException:
         return text  # let Hydra report the parse error in its own words
     key = override.key_or_group
-    is_grid = key in GRID_KEYS and override.package is None
+    is_grid = (key in GRID_KEYS or key in TIER_GRID_KEYS) and override.package is None
     if not is_grid:
         if override.is_sweep_override():
             grid = ", ".join(GRID_KEYS)

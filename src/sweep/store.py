@@ -48,6 +48,7 @@ import prefixsim
 from prefixsim.policies import COMMON_COUNTERS
 
 from .config import POLICY_PARAM_KEYS
+from .tiers import TIER_FIELDS
 
 RESULTS_FILE = "results.parquet"
 TRACES_FILE = "traces.parquet"
@@ -99,6 +100,7 @@ RESULT_SCHEMA = pa.schema(
         *(pa.field(c, pa.int64(), nullable=c not in ALWAYS_COUNTED) for c in COUNTER_COLUMNS),
         pa.field("replay_seconds", pa.float64(), nullable=False),
         pa.field("point_key", pa.string(), nullable=False),
+        *TIER_FIELDS,  # hierarchy points (the tiers group); null for a single cache
     ]
 )
 """Columns of ``results.parquet``, in order."""

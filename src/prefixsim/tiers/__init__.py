@@ -31,6 +31,7 @@ from .kernel import CODES, tiers_kernel
 from .model import (
     COUNTER_NAMES,
     MEDIA,
+    Hierarchy,
     MODES,
     Tier,
     TieredResult,
@@ -43,6 +44,7 @@ from .reference import reference_replay
 __all__ = [
     "CODES",
     "COUNTER_NAMES",
+    "Hierarchy",
     "MEDIA",
     "MODES",
     "Tier",
@@ -50,6 +52,7 @@ __all__ = [
     "block_tokens",
     "check_tiers",
     "make_tier",
+    "replay_hierarchy",
     "replay_tiers",
 ]
 
@@ -127,3 +130,10 @@ def replay_tiers(
         engine=engine,
         seconds=seconds,
     )
+
+
+def replay_hierarchy(
+    trace: Trace, hierarchy: Hierarchy, block_size: int, *, engine: Engine = "kernel"
+) -> TieredResult:
+    """:func:`replay_tiers` with an already validated :class:`Hierarchy` (a sweep point)."""
+    return replay_tiers(trace, hierarchy.tiers, hierarchy.mode, block_size, engine=engine)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -106,6 +107,41 @@ def check_tiers(tiers: Sequence[Tier | Mapping[str, Any]], mode: str) -> tuple[T
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class Hierarchy(PolicyParams):
+    """A validated hierarchy as one set of parameters (what a sweep point holds).
+
+    ``capacity`` is the total over the tiers; :meth:`to_dict` names every tier's parameters,
+    so the point's identity includes the whole hierarchy and the mode."""
+
+    policy: ClassVar[str] = "TIERS"
+    tiers: tuple[Tier, ...] = ()
+    mode: str = "exclusive"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tiers", check_tiers(self.tiers, self.mode))
+        total = sum(t.params.capacity for t in self.tiers)
+        object.__setattr__(self, "capacity", total)
+        super().__post_init__()
+
+    @classmethod
+    def of(cls, tiers: Sequence[Tier | Mapping[str, Any]], mode: str = "exclusive") -> Hierarchy:
+        checked = check_tiers(tiers, mode)
+        return cls(capacity=sum(t.params.capacity for t in checked), tiers=checked, mode=mode)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "capacity": self.capacity,
+            "mode": self.mode,
+            "tiers": [t.to_dict() for t in self.tiers],
+        }
+
+    def describe(self) -> str:
+        """The tiers as compact JSON, fastest first (a sweep's ``tiers`` column)."""
+        return json.dumps([t.to_dict() for t in self.tiers], separators=(",", ":"))
+
+
 @dataclass(frozen=True, eq=False)
 class TieredResult:
     """Outcome of a hierarchy replay. Arrays are per request, in trace order."""
@@ -156,11 +192,22 @@ class TieredResult:
 
     @property
     def counters(self) -> dict[str, int]:
-        """``block_accesses`` and ``block_hits`` (accesses that found the block in some tier)."""
-        return {
+        """``block_accesses``, ``block_hits`` (accesses that found the block in some tier),
+        ``evictions`` (the victims of all tiers' policies), then per tier ``t``:
+        ``tier{t}_hit_tokens``, ``tier{t}_final_cache_blocks`` and ``tier{t}_{counter}`` for
+        every counter of :data:`COUNTER_NAMES` (flat, as a sweep stores them)."""
+        out = {
             "block_accesses": self.block_accesses,
             "block_hits": sum(c["hits"] for c in self.tier_counters),
+            "evictions": sum(c["evictions"] for c in self.tier_counters),
         }
+        for t, (hits, final, counters) in enumerate(
+            zip(self.total_tier_hit_tokens, self.final_tier_blocks, self.tier_counters, strict=True)
+        ):
+            out[f"tier{t}_hit_tokens"] = hits
+            out[f"tier{t}_final_cache_blocks"] = final
+            out.update({f"tier{t}_{k}": v for k, v in counters.items()})
+        return out
 
     def to_report(self, per_request: bool = True) -> dict[str, Any]:
         report: dict[str, Any] = {
