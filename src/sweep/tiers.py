@@ -12,6 +12,7 @@ engine does the work (:func:`prefixsim.tiers.replay_hierarchy`); this module onl
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +103,10 @@ def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
             try:
                 hierarchy = Hierarchy.of(tiers, mode)
             except ParameterError as err:
-                raise ParameterError(f"tiers.{err.name}", err.value, err.allowed) from None
+                # "tiers[1].policy" from the engine is "tiers.dram.policy" here.
+                match = re.fullmatch(r"tiers\[(\d+)\]\.(\w+)", err.name)
+                name = f"{levels[int(match[1])]}.{match[2]}" if match else err.name
+                raise ParameterError(f"tiers.{name}", err.value, err.allowed) from None
             hierarchies.append(hierarchy)
     block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
     return [
