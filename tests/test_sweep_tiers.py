@@ -68,14 +68,19 @@ def test_misspelt_tier_key_is_rejected() -> None:
 def test_invalid_tier_names_its_key() -> None:
     with pytest.raises(prefixsim.ParameterError, match=r"tiers\.dram\.capacity"):
         plan_grid(compose("tiers=hbm_dram", "tiers.dram.capacity=0"))
-    with pytest.raises(prefixsim.ParameterError, match=r"tiers\.dram\.policy='CLOCK'.*no natural removal"):
+    with pytest.raises(
+        prefixsim.ParameterError, match=r"tiers\.dram\.policy='CLOCK'.*no natural removal"
+    ):
         plan_grid(compose("tiers=hbm_dram", "tiers.dram.policy=CLOCK"))
 
 
 def test_point_key_names_the_whole_hierarchy() -> None:
     def key(mode: str, dram_policy: str, medium: str | None = "dram") -> str:
         h = Hierarchy.of(
-            [make_tier("LRU", 8, name="hbm"), make_tier(dram_policy, 64, name="dram", medium=medium)],
+            [
+                make_tier("LRU", 8, name="hbm"),
+                make_tier(dram_policy, 64, name="dram", medium=medium),
+            ],
             mode,
         )
         return point_key("0" * 64, h, 512)
@@ -135,7 +140,7 @@ def test_tier_split_figure(tmp_path: Path, small_trace: Path) -> None:  # noqa: 
     ax = fig.axes[0]
     # The stack's top line is the overall hit rate at each DRAM capacity.
     top = ax.lines[0].get_ydata()
-    expected = (df.sort_values("tier1_capacity").eval("total_hit_tokens / total_prompt_tokens"))
+    expected = df.sort_values("tier1_capacity").eval("total_hit_tokens / total_prompt_tokens")
     np.testing.assert_allclose(top, expected.to_numpy())
     assert list(ax.lines[0].get_xdata()) == [64, 128, 256]
     paths = draw_tier_split(df, tmp_path / "figures")

@@ -3,6 +3,7 @@ against the kernel per request and per tier, and the one-tier identity with the 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -212,7 +213,7 @@ def test_kernel_matches_reference(requests, tiers, mode, block_size) -> None:  #
     np.testing.assert_array_equal(ref.tier_hit_tokens.sum(axis=0), ref.hit_tokens)
     counters = ref.tier_counters
     if mode == "exclusive":
-        for upper, lower in zip(counters, counters[1:], strict=False):
+        for upper, lower in itertools.pairwise(counters):
             assert upper["evictions"] == lower["demotions_in"]
         assert sum(c["hits"] for c in counters) + counters[0]["admissions"] - sum(
             c["promotions_out"] for c in counters

@@ -26,7 +26,6 @@ from prefixsim import ParameterError, Trace
 from . import manifest as env
 from .config import POLICY_PARAM_KEYS, Backend, ExecutorConfig, SweepConfig
 from .grid import Point, assign_points, plan_grid, unused_parameters
-from .tiers import tier_columns
 from .run import (
     Batch,
     Outcome,
@@ -39,6 +38,7 @@ from .run import (
     warm_up,
 )
 from .store import COUNTER_COLUMNS, LOG_FILE, PART_SCHEMA, RunDir, atomic_write_text
+from .tiers import tier_columns
 
 log = logging.getLogger("sweep")
 

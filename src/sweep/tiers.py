@@ -69,7 +69,9 @@ def _tier_grid(level: str, tc: TierConfig) -> list[Tier]:
                 try:
                     tier = make_tier(policy, capacity, name=level, medium=tc.medium, **extra)
                 except ParameterError as err:
-                    raise ParameterError(f"tiers.{level}.{err.name}", err.value, err.allowed) from None
+                    raise ParameterError(
+                        f"tiers.{level}.{err.name}", err.value, err.allowed
+                    ) from None
                 if tier not in out:
                     out.append(tier)
     return out
@@ -110,7 +112,10 @@ def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
             hierarchies.append(hierarchy)
     block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
     return [
-        GridPoint(trace, h, b) for trace in _unique(cfg.trace) for h in hierarchies for b in block_sizes
+        GridPoint(trace, h, b)
+        for trace in _unique(cfg.trace)
+        for h in hierarchies
+        for b in block_sizes
     ]
 
 

@@ -31,8 +31,8 @@ from .kernel import CODES, tiers_kernel
 from .model import (
     COUNTER_NAMES,
     MEDIA,
-    Hierarchy,
     MODES,
+    Hierarchy,
     Tier,
     TieredResult,
     block_tokens,
@@ -44,9 +44,9 @@ from .reference import reference_replay
 __all__ = [
     "CODES",
     "COUNTER_NAMES",
-    "Hierarchy",
     "MEDIA",
     "MODES",
+    "Hierarchy",
     "Tier",
     "TieredResult",
     "block_tokens",

@@ -103,7 +103,7 @@ def _admit(
 ):  # fmt: skip
     """The miss path of tier ``t`` for ``h`` (not resident there); returns its victim or -1."""
     victim = -1
-    if code == _LRU or code == _FIFO:
+    if code == _LRU or code == _FIFO:  # noqa: SIM109 (plain compares in the hot loop)
         if ln[t, 0] >= cap:
             victim = lh[t, 0]
             _unlink(link, lh, lt, t, 0, victim)
@@ -250,7 +250,7 @@ def tiers_kernel(
     return hit_tokens
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # numba's private flag
 def _replay(
     block_ids, offsets, input_lengths, block_size, exclusive,
     codes, caps, small_caps, max_freqs, ghost_freqs, tier_hit_tokens, tcnt, occupancy,

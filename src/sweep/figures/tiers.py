@@ -80,9 +80,7 @@ def tier_split_figure(results: pd.DataFrame) -> Figure:
         group = keyed[keyed["_panel"] == panel].sort_values(f"tier{swept}_capacity")
         x = group[f"tier{swept}_capacity"].astype(float).to_numpy()
         total = group["total_prompt_tokens"].astype(float).to_numpy()
-        shares = [
-            group[f"tier{t}_hit_tokens"].astype(float).to_numpy() / total for t in range(n)
-        ]
+        shares = [group[f"tier{t}_hit_tokens"].astype(float).to_numpy() / total for t in range(n)]
         labels = [
             f"tier {t}: {group[f'tier{t}_name'].iloc[0]} ({group[f'tier{t}_policy'].iloc[0]})"
             for t in range(n)
@@ -101,7 +99,9 @@ def tier_split_figure(results: pd.DataFrame) -> Figure:
 
 
 def draw_tier_split(
-    results: pd.DataFrame, out_dir: str | os.PathLike[str], formats: tuple[str, ...] = ("png", "pdf")
+    results: pd.DataFrame,
+    out_dir: str | os.PathLike[str],
+    formats: tuple[str, ...] = ("png", "pdf"),
 ) -> list[Path]:
     """Write ``tier_split.<format>`` into ``out_dir`` (each file written under a temporary name
     and renamed, so a killed run leaves no half-written figure); returns the paths, or ``[]``
