@@ -89,7 +89,7 @@ def make_results(
             for c in COUNTER_COLUMNS:
                 row[c] = 0 if c in ALWAYS_COUNTED or has_params else None
             rows.append(row)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).reindex(columns=RESULT_SCHEMA.names)  # columns not set: null
     for f in RESULT_SCHEMA:
         if f.nullable and pa.types.is_integer(f.type):
             df[f.name] = df[f.name].astype("Int64")

@@ -4,19 +4,22 @@ The single-cache kernels each replay a whole trace in one function with scalar l
 cannot be composed. Tiers need a policy's steps (hit, admit returning its victim, remove)
 callable per tier, so this kernel holds the state of tier ``t`` in column ``t`` of per-block
 arrays and dispatches every step on a small policy code (:data:`CODES`). The step functions
-are ``inline="always"``: numba splices them into the kernel at IR level, so the array
-arguments cost no reference-count traffic per call (the reason the single-cache S3FIFO kernel
-is one function).
+are ``inline="always"`` and the loop that calls them is compiled without numba's runtime
+(``_nrt=False``, see :func:`_replay`), so passing arrays to them costs no reference counting
+(the reason the single-cache S3FIFO kernel is one function).
 
 State, for block ``h`` in tier ``t``: ``where[h, t]`` (0 absent; 1 resident, S3FIFO: in S;
 2 S3FIFO: in M; 3 S3FIFO: in the ghost), ``aux[h, t]`` (S3FIFO freq, SIEVE visited bit, LFU
-count) and ``link[h, t] = (prev, next)`` in the one list of that tier holding it. Per tier,
-list ``l`` runs from ``lh[t, l]`` (oldest) to ``lt[t, l]`` (newest) with ``ln[t, l]``
-entries; LRU, FIFO and SIEVE use list 0, S3FIFO lists 0 (S), 1 (M) and 2 (G), LFU one list
-per count value in ``bh``/``bt`` (and ``ln[t, 0]`` for its size). Lists replace the rings of
-the single-cache FIFO and S3FIFO kernels because a block promoted to a faster tier leaves from
-the middle. Every admission of these policies evicts at most one block (S3FIFO: an S drain
-pops one head, and admit_to_M evicts exactly one), so a step returns one victim or -1.
+count) and ``link[h, t] = (prev, next)`` in the one list of that tier holding it. Lists are
+circular: list ``l`` of tier ``t`` starts at its oldest entry ``lh[t, l]`` (-1 when empty),
+whose ``prev`` is the newest, and holds ``ln[t, l]`` entries; LRU, FIFO and SIEVE use list 0,
+S3FIFO lists 0 (S), 1 (M) and 2 (G), LFU one list per count value starting at ``bh[t, f]``
+(and ``ln[t, 0]`` for its size). Lists replace the rings of the single-cache FIFO and S3FIFO
+kernels because a block promoted to a faster tier leaves from the middle; being circular, they
+keep the rings' cheap moves: S3FIFO's second chance (the head requeued at the tail) and an LRU
+hit on the oldest block are one turn of the circle, ``lh = next[lh]``. Every admission of these
+policies evicts at most one block (S3FIFO: an S drain pops one head, and admit_to_M evicts
+exactly one), so a step returns one victim or -1.
 """
 
 from __future__ import annotations
@@ -33,48 +36,55 @@ _HITS, _ADMISSIONS, _DEMOTIONS_IN, _EVICTIONS, _PROMOTIONS_OUT = 0, 1, 2, 3, 4
 
 
 @njit(inline="always")
-def _unlink(link, heads, tails, t, lst, h):
-    p = link[h, t, 0]
+def _unlink(link, heads, t, lst, h):
+    """Take ``h`` out of circular list ``lst`` of tier ``t``."""
     n = link[h, t, 1]
-    if p >= 0:
-        link[p, t, 1] = n
-    else:
+    if n == h:
+        heads[t, lst] = -1  # it was the only entry
+        return
+    p = link[h, t, 0]
+    link[p, t, 1] = n
+    link[n, t, 0] = p
+    if heads[t, lst] == h:
         heads[t, lst] = n
-    if n >= 0:
-        link[n, t, 0] = p
-    else:
-        tails[t, lst] = p
 
 
 @njit(inline="always")
-def _push(link, heads, tails, t, lst, h):
-    """Append ``h`` at the newest end of list ``lst`` of tier ``t``."""
-    old = tails[t, lst]
-    link[h, t, 0] = old
-    link[h, t, 1] = -1
-    if old >= 0:
-        link[old, t, 1] = h
-    else:
+def _push(link, heads, t, lst, h):
+    """Append ``h`` at the newest end of circular list ``lst`` of tier ``t`` (just before the
+    oldest entry, ``heads[t, lst]``)."""
+    first = heads[t, lst]
+    if first < 0:
+        link[h, t, 0] = h
+        link[h, t, 1] = h
         heads[t, lst] = h
-    tails[t, lst] = h
+        return
+    last = link[first, t, 0]
+    link[last, t, 1] = h
+    link[h, t, 0] = last
+    link[h, t, 1] = first
+    link[first, t, 0] = h
 
 
 @njit(inline="always")
-def _hit(code, t, h, where, aux, link, bh, bt, min_f, max_freq, lh, lt):
+def _hit(code, t, h, aux, link, lh, bh, min_f, max_freq):
     """The access rule of a block resident in tier ``t``."""
     if code == _LRU:
-        if lt[t, 0] != h:
-            _unlink(link, lh, lt, t, 0, h)
-            _push(link, lh, lt, t, 0, h)
+        first = lh[t, 0]
+        if h == first:
+            lh[t, 0] = link[h, t, 1]  # the oldest becomes the newest: rotate the circle
+        elif link[first, t, 0] != h:  # not already the newest
+            _unlink(link, lh, t, 0, h)
+            _push(link, lh, t, 0, h)
     elif code == _SIEVE:
         aux[h, t] = 1
     elif code == _LFU:
         f = aux[h, t]
-        _unlink(link, bh, bt, t, f, h)
+        _unlink(link, bh, t, f, h)
         if f == min_f[t] and bh[t, f] < 0:
             min_f[t] = f + 1
         aux[h, t] = f + 1
-        _push(link, bh, bt, t, f + 1, h)
+        _push(link, bh, t, f + 1, h)
     elif code == _S3FIFO:
         f = aux[h, t] + 1
         aux[h, t] = f if f < max_freq else max_freq
@@ -82,23 +92,26 @@ def _hit(code, t, h, where, aux, link, bh, bt, min_f, max_freq, lh, lt):
 
 
 @njit(inline="always")
-def _remove(code, t, h, where, aux, link, bh, bt, lh, lt, ln, hand):
+def _remove(code, t, h, where, aux, link, lh, bh, ln, hand):
     """Take resident ``h`` out of tier ``t``: no ghost entry, not an eviction."""
     if code == _LFU:
-        _unlink(link, bh, bt, t, aux[h, t], h)
+        _unlink(link, bh, t, aux[h, t], h)
         ln[t, 0] -= 1  # min_f stays a lower bound of the smallest count
     else:
         lst = where[h, t] - 1  # S3FIFO: S is list 0, M list 1; the others use list 0
         if code == _SIEVE and hand[t] == h:
-            hand[t] = link[h, t, 1]  # as after evicting h: toward the newer neighbour
-        _unlink(link, lh, lt, t, lst, h)
+            # As after evicting h: the hand moves to its newer neighbour (past the newest
+            # end, the circle gives the oldest, where the paper's NULL hand restarts).
+            n = link[h, t, 1]
+            hand[t] = n if n != h else -1
+        _unlink(link, lh, t, lst, h)
         ln[t, lst] -= 1
     where[h, t] = _ABSENT
 
 
 @njit(inline="always")
 def _admit(
-    code, t, h, where, aux, link, bh, bt, min_f, lh, lt, ln, hand,
+    code, t, h, where, aux, link, lh, bh, min_f, ln, hand,
     cap, small_cap, max_freq, ghost_freq,
 ):  # fmt: skip
     """The miss path of tier ``t`` for ``h`` (not resident there); returns its victim or -1."""
@@ -106,15 +119,16 @@ def _admit(
     if code == _LRU or code == _FIFO:  # noqa: SIM109 (plain compares in the hot loop)
         if ln[t, 0] >= cap:
             victim = lh[t, 0]
-            _unlink(link, lh, lt, t, 0, victim)
+            _unlink(link, lh, t, 0, victim)
             where[victim, t] = _ABSENT
             ln[t, 0] -= 1
-        _push(link, lh, lt, t, 0, h)
+        _push(link, lh, t, 0, h)
         where[h, t] = _RES
         ln[t, 0] += 1
     elif code == _SIEVE:
-        # The paper's list from its tail (oldest, lh) to its head (newest, lt): the paper's
-        # o.prev (toward the head) is link[o, t, 1].
+        # The paper's queue from its tail (oldest, lh) to its head (newest): its o.prev
+        # (toward the head) is link[o, t, 1], and the circle's wrap from the newest to the
+        # oldest is its "if o is NULL: o <- tail".
         if ln[t, 0] >= cap:
             o = hand[t]
             if o < 0:
@@ -122,14 +136,13 @@ def _admit(
             while aux[o, t] == 1:
                 aux[o, t] = 0
                 o = link[o, t, 1]
-                if o < 0:
-                    o = lh[t, 0]
-            hand[t] = link[o, t, 1]
-            _unlink(link, lh, lt, t, 0, o)
+            n = link[o, t, 1]
+            hand[t] = n if n != o else -1
+            _unlink(link, lh, t, 0, o)
             where[o, t] = _ABSENT
             ln[t, 0] -= 1
             victim = o
-        _push(link, lh, lt, t, 0, h)
+        _push(link, lh, t, 0, h)
         where[h, t] = _RES
         aux[h, t] = 0
         ln[t, 0] += 1
@@ -139,22 +152,22 @@ def _admit(
             while bh[t, f] < 0:  # stale after a removal emptied the lowest bucket
                 f += 1
             victim = bh[t, f]
-            _unlink(link, bh, bt, t, f, victim)
+            _unlink(link, bh, t, f, victim)
             where[victim, t] = _ABSENT
             ln[t, 0] -= 1
         min_f[t] = 1
         aux[h, t] = 1
-        _push(link, bh, bt, t, 1, h)
+        _push(link, bh, t, 1, h)
         where[h, t] = _RES
         ln[t, 0] += 1
-    else:  # S3FIFO, as in its single-cache kernel, with lists for S and M
+    else:  # S3FIFO, as in its single-cache kernel, with circular lists for S, M and G
         main_cap = cap - small_cap
         to_g = -1
         to_m = -1
         to_m_freq = 0
         to_s = -1
         if where[h, t] == _IN_G:
-            _unlink(link, lh, lt, t, _G, h)
+            _unlink(link, lh, t, _G, h)
             ln[t, _G] -= 1
             to_m = h
             to_m_freq = ghost_freq
@@ -164,10 +177,10 @@ def _admit(
             if to_g >= 0:
                 if ln[t, _G] >= main_cap:
                     old = lh[t, _G]
-                    _unlink(link, lh, lt, t, _G, old)
+                    _unlink(link, lh, t, _G, old)
                     where[old, t] = _ABSENT
                     ln[t, _G] -= 1
-                _push(link, lh, lt, t, _G, to_g)
+                _push(link, lh, t, _G, to_g)
                 ln[t, _G] += 1
                 where[to_g, t] = _IN_G
                 to_g = -1
@@ -175,16 +188,17 @@ def _admit(
                 while ln[t, _M] >= main_cap:
                     v = lh[t, _M]
                     vf = aux[v, t]
-                    _unlink(link, lh, lt, t, _M, v)
                     if vf >= 1:
+                        # Second chance: the head requeued at the tail is a turn of the circle.
                         aux[v, t] = vf - 1
-                        _push(link, lh, lt, t, _M, v)  # second chance: requeued at the tail
+                        lh[t, _M] = link[v, t, 1]
                         continue
+                    _unlink(link, lh, t, _M, v)
                     ln[t, _M] -= 1
                     victim = v
                     to_g = v
                     break
-                _push(link, lh, lt, t, _M, to_m)
+                _push(link, lh, t, _M, to_m)
                 ln[t, _M] += 1
                 where[to_m, t] = _IN_M
                 aux[to_m, t] = to_m_freq
@@ -194,7 +208,7 @@ def _admit(
                 break
             if ln[t, _S] >= small_cap:
                 v = lh[t, _S]
-                _unlink(link, lh, lt, t, _S, v)
+                _unlink(link, lh, t, _S, v)
                 ln[t, _S] -= 1
                 vf = aux[v, t]
                 if vf >= 1:
@@ -204,7 +218,7 @@ def _admit(
                     victim = v
                     to_g = v
                 continue
-            _push(link, lh, lt, t, _S, to_s)
+            _push(link, lh, t, _S, to_s)
             ln[t, _S] += 1
             where[to_s, t] = _RES
             aux[to_s, t] = 0
@@ -225,7 +239,6 @@ def tiers_kernel(
     aux = np.zeros((n_blocks, n_tiers), np.int32)
     link = np.empty((n_blocks, n_tiers, 2), np.int32)
     lh = np.full((n_tiers, 3), -1, np.int64)
-    lt = np.full((n_tiers, 3), -1, np.int64)
     ln = np.zeros((n_tiers, 3), np.int64)
     hand = np.full(n_tiers, -1, np.int64)
     min_f = np.ones(n_tiers, np.int64)
@@ -240,12 +253,11 @@ def tiers_kernel(
             n_buckets = occ.max() + 3 if n_blocks > 0 else 3
             break
     bh = np.full((n_tiers, n_buckets), -1, np.int64)
-    bt = np.full((n_tiers, n_buckets), -1, np.int64)
     hit_tokens = np.empty(input_lengths.shape[0], np.int64)
     _replay(
         block_ids, offsets, input_lengths, block_size, exclusive,
         codes, caps, small_caps, max_freqs, ghost_freqs, tier_hit_tokens, tcnt, occupancy,
-        where, aux, link, lh, lt, ln, hand, min_f, bh, bt, hit_tokens,
+        where, aux, link, lh, ln, hand, min_f, bh, hit_tokens,
     )  # fmt: skip
     return hit_tokens
 
@@ -254,7 +266,7 @@ def tiers_kernel(
 def _replay(
     block_ids, offsets, input_lengths, block_size, exclusive,
     codes, caps, small_caps, max_freqs, ghost_freqs, tier_hit_tokens, tcnt, occupancy,
-    where, aux, link, lh, lt, ln, hand, min_f, bh, bt, hit_tokens,
+    where, aux, link, lh, ln, hand, min_f, bh, hit_tokens,
 ):  # fmt: skip
     """The replay loop over state allocated by :func:`tiers_kernel`. Compiled without numba's
     runtime (``_nrt=False``): it allocates nothing, so the arrays it passes to the step
@@ -298,10 +310,10 @@ def _replay(
                 tcnt[t, _HITS] += 1
             if exclusive:
                 if t == 0:
-                    _hit(codes[0], 0, h, where, aux, link, bh, bt, min_f, max_freqs[0], lh, lt)
+                    _hit(codes[0], 0, h, aux, link, lh, bh, min_f, max_freqs[0])
                     continue
                 if t < n_tiers:
-                    _remove(codes[t], t, h, where, aux, link, bh, bt, lh, lt, ln, hand)
+                    _remove(codes[t], t, h, where, aux, link, lh, bh, ln, hand)
                     tcnt[t, _PROMOTIONS_OUT] += 1
                 # Admit to tier 0; each victim is demoted one tier down (dropped from the last).
                 u = 0
@@ -309,7 +321,7 @@ def _replay(
                 tcnt[0, _ADMISSIONS] += 1
                 while True:
                     v = _admit(
-                        codes[u], u, x, where, aux, link, bh, bt, min_f, lh, lt, ln, hand,
+                        codes[u], u, x, where, aux, link, lh, bh, min_f, ln, hand,
                         caps[u], small_caps[u], max_freqs[u], ghost_freqs[u],
                     )  # fmt: skip
                     if v < 0:
@@ -323,13 +335,13 @@ def _replay(
                     x = v
             else:
                 if t < n_tiers:
-                    _hit(codes[t], t, h, where, aux, link, bh, bt, min_f, max_freqs[t], lh, lt)
+                    _hit(codes[t], t, h, aux, link, lh, bh, min_f, max_freqs[t])
                     if t > 0:
                         tcnt[t, _PROMOTIONS_OUT] += 1
                 for u in range(t):  # a miss (t == n_tiers) goes to every tier
                     tcnt[u, _ADMISSIONS] += 1
                     v = _admit(
-                        codes[u], u, h, where, aux, link, bh, bt, min_f, lh, lt, ln, hand,
+                        codes[u], u, h, where, aux, link, lh, bh, min_f, ln, hand,
                         caps[u], small_caps[u], max_freqs[u], ghost_freqs[u],
                     )  # fmt: skip
                     if v >= 0:
