@@ -51,6 +51,19 @@ def _unlink(st, heads, tails, t, lst, h):
 
 
 @njit(inline="always")
+def _pop_head(st, heads, tails, t, lst):
+    """Unlink and return the oldest entry of non-empty list ``lst`` of tier ``t``."""
+    v = heads[t, lst]
+    n = st[v, t, _N]
+    heads[t, lst] = n
+    if n >= 0:
+        st[n, t, _P] = -1
+    else:
+        tails[t, lst] = -1
+    return v
+
+
+@njit(inline="always")
 def _push(st, heads, tails, t, lst, h):
     """Append ``h`` at the newest end of list ``lst`` of tier ``t``."""
     old = tails[t, lst]
@@ -109,8 +122,7 @@ def _admit(
     victim = -1
     if code == _LRU or code == _FIFO:  # noqa: SIM109 (plain compares in the hot loop)
         if ln[t, 0] >= cap:
-            victim = lh[t, 0]
-            _unlink(st, lh, lt, t, 0, victim)
+            victim = _pop_head(st, lh, lt, t, 0)
             st[victim, t, _W] = _ABSENT
             ln[t, 0] -= 1
         _push(st, lh, lt, t, 0, h)
@@ -142,8 +154,7 @@ def _admit(
             f = min_f[t]
             while bh[t, f] < 0:  # stale after a removal emptied the lowest bucket
                 f += 1
-            victim = bh[t, f]
-            _unlink(st, bh, bt, t, f, victim)
+            victim = _pop_head(st, bh, bt, t, f)
             st[victim, t, _W] = _ABSENT
             ln[t, 0] -= 1
         min_f[t] = 1
@@ -167,8 +178,7 @@ def _admit(
         while True:
             if to_g >= 0:
                 if ln[t, _G] >= main_cap:
-                    old = lh[t, _G]
-                    _unlink(st, lh, lt, t, _G, old)
+                    old = _pop_head(st, lh, lt, t, _G)
                     st[old, t, _W] = _ABSENT
                     ln[t, _G] -= 1
                 _push(st, lh, lt, t, _G, to_g)
@@ -177,9 +187,8 @@ def _admit(
                 to_g = -1
             if to_m >= 0:
                 while ln[t, _M] >= main_cap:
-                    v = lh[t, _M]
+                    v = _pop_head(st, lh, lt, t, _M)
                     vf = st[v, t, _A]
-                    _unlink(st, lh, lt, t, _M, v)
                     if vf >= 1:
                         st[v, t, _A] = vf - 1
                         _push(st, lh, lt, t, _M, v)  # second chance: requeued at the tail
@@ -197,8 +206,7 @@ def _admit(
             if to_s < 0:
                 break
             if ln[t, _S] >= small_cap:
-                v = lh[t, _S]
-                _unlink(st, lh, lt, t, _S, v)
+                v = _pop_head(st, lh, lt, t, _S)
                 ln[t, _S] -= 1
                 vf = st[v, t, _A]
                 if vf >= 1:
