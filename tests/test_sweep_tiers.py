@@ -65,6 +65,13 @@ def test_misspelt_tier_key_is_rejected() -> None:
         compose("tiers=hbm_dram", "tiers.dram.capacty=5")
 
 
+def test_added_unknown_tier_key_is_rejected() -> None:
+    with pytest.raises(prefixsim.ParameterError, match=r"tiers\.dram\.foo"):
+        compose("tiers=hbm_dram", "+tiers.dram.foo=1")
+    with pytest.raises(prefixsim.ParameterError, match=r"tiers\.bar"):
+        compose("tiers=hbm_dram", "+tiers.bar=1")
+
+
 def test_invalid_tier_names_its_key() -> None:
     with pytest.raises(prefixsim.ParameterError, match=r"tiers\.dram\.capacity"):
         plan_grid(compose("tiers=hbm_dram", "tiers.dram.capacity=0"))

@@ -166,10 +166,17 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
     if not isinstance(cfg, DictConfig):
         raise TypeError(f"expected a DictConfig or SweepConfig, got {type(cfg).__name__}")
     # ``+key=value`` adds a key even to a structured config: reject what the schema lacks.
+    tiers = cfg.get("tiers")
+    tier_nodes = [
+        (f"tiers.{level}.", tiers.get(level), TierConfig)
+        for level in TIER_LEVELS
+        if isinstance(tiers, DictConfig)
+    ]
     for prefix, node, schema in (
         ("", cfg, SweepConfig),
         ("executor.", cfg.get("executor"), ExecutorConfig),
-        ("tiers.", cfg.get("tiers"), TiersConfig),
+        ("tiers.", tiers, TiersConfig),
+        *tier_nodes,
     ):
         if not isinstance(node, DictConfig):
             continue
