@@ -49,7 +49,7 @@ def test_composed_hierarchy_and_its_grid() -> None:
     assert isinstance(first, Hierarchy)
     assert [(t.name, t.policy, t.params.capacity, t.medium) for t in first.tiers] == [
         ("hbm", "LRU", 2048, "hbm"),
-        ("dram", "S3FIFO", 8192, "dram"),
+        ("dram", "S3FIFO", 8192, "dram_pcie"),
     ]
     three = plan_grid(compose("tiers=hbm_dram_ssd", "tiers.mode=exclusive,inclusive"))
     assert len(three) == 2 and len(three[0].params.tiers) == 3  # type: ignore[attr-defined]
@@ -82,7 +82,7 @@ def test_invalid_tier_names_its_key() -> None:
 
 
 def test_point_key_names_the_whole_hierarchy() -> None:
-    def key(mode: str, dram_policy: str, medium: str | None = "dram") -> str:
+    def key(mode: str, dram_policy: str, medium: str | None = "dram_pcie") -> str:
         h = Hierarchy.of(
             [
                 make_tier("LRU", 8, name="hbm"),
@@ -103,7 +103,7 @@ def test_sweep_rows_equal_replay_tiers(tmp_path: Path, small_trace: Path) -> Non
         order=["hbm", "dram"],
         mode=["exclusive", "inclusive"],
         hbm=TierConfig(policy=["LRU"], capacity=[64], medium="hbm"),
-        dram=TierConfig(policy=["S3FIFO", "SIEVE"], capacity=[256, 1024], medium="dram"),
+        dram=TierConfig(policy=["S3FIFO", "SIEVE"], capacity=[256, 1024], medium="rdma"),
     )
     out = tmp_path / "run"
     summary = run_sweep(config(out, small_trace, tiers=tiers))

@@ -60,7 +60,7 @@ class TierConfig:
     max_freq: list[int] = field(default_factory=lambda: [3])
     ghost_freq: list[int] = field(default_factory=lambda: [0])
     medium: str | None = None
-    """Where its blocks live: hbm, dram, rdma or nvme (for the transfer cost of its hits)."""
+    """Where its blocks live: hbm, dram_pcie, rdma or nvme (for the transfer cost of its hits)."""
 
 
 @dataclass

@@ -13,8 +13,10 @@ from ..errors import ParameterError
 from ..policies import PolicyParams, get_policy
 
 MODES: tuple[str, ...] = ("exclusive", "inclusive")
-MEDIA: tuple[str, ...] = ("hbm", "dram", "rdma", "nvme")
-"""Where a tier's blocks live (for the transfer cost of a hit); informational for now."""
+MEDIA: tuple[str, ...] = ("hbm", "dram_pcie", "rdma", "nvme")
+"""Where a tier's blocks live: the names of the hardware profiles' tiers of the cost model
+(issue 11: ``prefixsim.hardware.TIERS``), whose bandwidth a hit from the tier will be charged
+at; recorded only, until that wiring lands (``docs/tiers.md``)."""
 COUNTER_NAMES: tuple[str, ...] = (
     "hits",
     "admissions",
