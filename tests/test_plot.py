@@ -92,7 +92,7 @@ def make_results(
             for c in COUNTER_COLUMNS:
                 row[c] = 0 if c in ALWAYS_COUNTED or has_params else None
             rows.append(row)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).reindex(columns=RESULT_SCHEMA.names)  # columns not set: null
     for f in RESULT_SCHEMA:
         if f.name not in df.columns:  # columns these figures do not use (the cost model's)
             df[f.name] = pd.Series([None] * len(df), dtype="object")

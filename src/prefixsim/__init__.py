@@ -13,6 +13,7 @@ from .lru_curve import Ceiling, LRUCurve, ceiling, lru_curve
 from .models import ModelProfile, load_model, model_names
 from .policies import PolicyParams, get_policy, policy_names, register
 from .replay import ReplayResult, make_params, replay, replay_params
+from .tiers import TieredResult, replay_tiers
 from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
 from .units import format_size, parse_size
 
@@ -28,6 +29,7 @@ __all__ = [
     "PrefillCost",
     "PrefixSimError",
     "ReplayResult",
+    "TieredResult",
     "Trace",
     "TraceError",
     "capacity_blocks",
@@ -50,5 +52,6 @@ __all__ = [
     "replay",
     "replay_cluster",
     "replay_params",
+    "replay_tiers",
 ]
 __version__ = "0.1.0"

@@ -51,6 +51,7 @@ from .store import (
     describe_os_error,
     part_list_name,
 )
+from .tiers import tier_columns
 
 log = logging.getLogger("sweep")
 
@@ -179,6 +180,7 @@ def _part_table(
     cols["point_key"] = [p.key for p in pts]
     for f in CLUSTER_FIELDS:  # cluster points (issue 14); null for single-cache points
         cols[f.name] = [None if o.cluster is None else o.cluster[f.name] for o in outcomes]
+    cols.update(tier_columns(pts, outcomes))
     arrays = [
         pa.array(cols[f.name], f.type) for f in PART_SCHEMA if f.name not in PART_LIST_COLUMNS
     ]

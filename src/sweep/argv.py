@@ -42,7 +42,7 @@ from decimal import Decimal
 from typing import Any
 
 from . import ranges
-from .config import GRID_KEYS
+from .config import GRID_KEYS, TIER_GRID_KEYS
 
 MULTIRUN_FLAGS = ("--multirun", "-m")
 
@@ -125,7 +125,7 @@ def rewrite_override(text: str) -> str:
         if isinstance(value, bool):
             return f"plot.enabled={str(value).lower()}"
         return text
-    is_grid = key in GRID_KEYS and override.package is None
+    is_grid = (key in GRID_KEYS or key in TIER_GRID_KEYS) and override.package is None
     if not is_grid:
         if override.is_sweep_override():
             grid = ", ".join(GRID_KEYS)

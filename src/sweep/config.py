@@ -47,6 +47,49 @@ POLICY_PARAM_KEYS: tuple[str, ...] = ("small_ratio", "max_freq", "ghost_freq")
 
 DEFAULT_OUT_DIR = "outputs/${now:%Y-%m-%d}/${now:%H-%M-%S}"
 
+# --- tiers (a hierarchy of caches, prefixsim.tiers) ---------------------------------------------
+
+TIER_LEVELS: tuple[str, ...] = ("hbm", "dram", "rdma", "ssd")
+"""The named slots of a hierarchy (``tiers.dram.capacity=...``); ``tiers.order`` picks and
+orders those in use, fastest first."""
+
+TIER_PARAM_KEYS: tuple[str, ...] = ("policy", "capacity", *POLICY_PARAM_KEYS)
+"""Grid keys of each tier: ``tiers.<level>.<key>`` takes a list, like the top-level keys."""
+
+TIER_GRID_KEYS: tuple[str, ...] = (
+    "tiers.mode",
+    *(f"tiers.{level}.{key}" for level in TIER_LEVELS for key in TIER_PARAM_KEYS),
+)
+"""Grid keys of the ``tiers`` group, rewritten to list form by the command-line pre-pass."""
+
+
+@dataclass
+class TierConfig:
+    """One tier of a hierarchy: its own grid of policies, capacities and parameters."""
+
+    policy: list[str] = field(default_factory=lambda: ["LRU"])
+    capacity: list[int] = field(default_factory=lambda: [1024])
+    """Capacity of this tier, in blocks."""
+    small_ratio: list[float] = field(default_factory=lambda: [0.1])
+    max_freq: list[int] = field(default_factory=lambda: [3])
+    ghost_freq: list[int] = field(default_factory=lambda: [0])
+    medium: str | None = None
+    """Where its blocks live: hbm, dram_pcie, rdma or nvme (for the transfer cost of its hits)."""
+
+
+@dataclass
+class TiersConfig:
+    """A hierarchy (``tiers=hbm_dram``): ``order`` names the tiers in use, fastest first."""
+
+    name: str = ""
+    order: list[str] = field(default_factory=list)
+    mode: list[str] = field(default_factory=lambda: ["exclusive"])
+    """``exclusive`` (victim cache) and/or ``inclusive`` (write-through): a grid key."""
+    hbm: TierConfig | None = None
+    dram: TierConfig | None = None
+    rdma: TierConfig | None = None
+    ssd: TierConfig | None = None
+
 
 class Backend(str, Enum):
     """joblib backends the sweep runs on (all give identical results)."""
@@ -201,6 +244,10 @@ class SweepConfig:
     decode_seconds_per_token: float = 0.0
     """Load model: decode time per output token added to a request's service time."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    tiers: TiersConfig | None = None
+    """A hierarchy of caches (``tiers=hbm_dram``): when set, the grid is the hierarchy's (trace,
+    block_size, tiers.mode and every tier's keys) and policy, capacity and the S3FIFO keys
+    above are not used."""
     out_dir: str = DEFAULT_OUT_DIR
     """Run directory; re-running into an existing one computes only the missing points."""
     save_per_request: bool = True
@@ -245,12 +292,20 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
     if not isinstance(cfg, DictConfig):
         raise TypeError(f"expected a DictConfig or SweepConfig, got {type(cfg).__name__}")
     # ``+key=value`` adds a key even to a structured config: reject what the schema lacks.
+    tiers = cfg.get("tiers")
+    tier_nodes = [
+        (f"tiers.{level}.", tiers.get(level), TierConfig)
+        for level in TIER_LEVELS
+        if isinstance(tiers, DictConfig)
+    ]
     for prefix, node, schema in (
         ("", cfg, SweepConfig),
         ("executor.", cfg.get("executor"), ExecutorConfig),
         ("model.", cfg.get("model"), ModelConfig),
         ("hardware.", cfg.get("hardware"), HardwareConfig),
         ("plot.", cfg.get("plot"), PlotConfig),
+        ("tiers.", tiers, TiersConfig),
+        *tier_nodes,
     ):
         if not isinstance(node, DictConfig):
             continue

@@ -147,6 +147,10 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
     what is allowed and, for an invalid point, how many points are invalid.
     """
+    if cfg.tiers is not None:  # a hierarchy's grid (the tiers group): sweep/tiers.py
+        from .tiers import plan_tiers
+
+        return plan_tiers(cfg)
     for key in ("trace", "policy", "capacity", "cache_size", "block_size"):
         if getattr(cfg, key) is not None and not getattr(cfg, key):
             raise PlanError(f"{key}: empty list; the grid needs at least one value")
@@ -199,6 +203,8 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
 
 def unused_parameters(cfg: SweepConfig) -> list[str]:
     """Policy parameters given several values that no policy of the grid has (a warning)."""
+    if cfg.tiers is not None:
+        return []  # a hierarchy's grid does not use the top-level policy keys
     out = []
     for key in POLICY_PARAM_KEYS:
         values = getattr(cfg, key)

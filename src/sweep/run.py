@@ -37,6 +37,7 @@ from .cluster import result_columns as cluster_columns
 from .cluster import run_point as run_cluster_point
 from .config import Backend, ExecutorConfig
 from .grid import Point
+from .tiers import replay_point
 
 log = logging.getLogger("sweep")
 
@@ -110,7 +111,9 @@ CURVE_MIN_POINTS = 4
 each; the numbers are identical either way (``tests/test_lru_curve.py``)."""
 
 
-def _outcome(point_id: int, r: prefixsim.ReplayResult, per_request: bool) -> Outcome:
+def _outcome(
+    point_id: int, r: prefixsim.ReplayResult | prefixsim.TieredResult, per_request: bool
+) -> Outcome:
     return Outcome(
         point_id=point_id,
         n_requests=r.n_requests,
@@ -192,9 +195,7 @@ def run_batch(
                 result = run_cluster_point(trace, params, block_size, cluster)
                 out[i] = _cluster_outcome(point_id, result, per_request)
                 continue
-            out[i] = _outcome(
-                point_id, prefixsim.replay_params(trace, params, block_size), per_request
-            )
+            out[i] = _outcome(point_id, replay_point(trace, params, block_size), per_request)
         except Exception as err:
             out[i] = _failure(point_id, err)
     return [out[i] for i in range(len(items))]
@@ -234,10 +235,10 @@ def warm_up(traces: dict[str, Trace], points: Sequence[Point]) -> dict[str, floa
     for policy, p in first.items():
         trace = _local_trace(traces[p.trace_sha256])
         sample = _head(trace, 20_000)
-        prefixsim.replay_params(sample, p.params, p.block_size)  # load or compile
+        replay_point(sample, p.params, p.block_size)  # load or compile
         best = math.inf
         for _ in range(2):
-            r = prefixsim.replay_params(sample, p.params, p.block_size)
+            r = replay_point(sample, p.params, p.block_size)
             best = min(best, r.seconds)
         cost[policy] = best / max(1, sample.n_accesses)
     # Cluster points: their kernels (per policy and kind of router) on a few requests.

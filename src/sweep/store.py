@@ -51,6 +51,7 @@ from prefixsim.policies import COMMON_COUNTERS
 from .cluster import RESULT_FIELDS as CLUSTER_FIELDS
 from .config import POLICY_PARAM_KEYS
 from .costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS
+from .tiers import TIER_FIELDS
 
 RESULTS_FILE = "results.parquet"
 TRACES_FILE = "traces.parquet"
@@ -117,6 +118,7 @@ RESULT_SCHEMA = pa.schema(
         pa.field("replay_seconds", pa.float64(), nullable=False),
         pa.field("point_key", pa.string(), nullable=False),
         *CLUSTER_FIELDS,  # cluster points (issue 14); null for single-cache points
+        *TIER_FIELDS,  # hierarchy points (the tiers group); null for a single cache
     ]
 )
 """Columns of ``results.parquet``, in order."""

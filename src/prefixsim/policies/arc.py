@@ -93,6 +93,8 @@ class ARCReference(ReferencePolicy):
 
     counter_names = (*COMMON_COUNTERS, "b1_hits", "b2_hits")
 
+    reports_victims = True  # a first tier only: no natural removal
+
     def __init__(self, params: ARCParams) -> None:
         super().__init__(params)
         self.c = params.capacity
@@ -134,8 +136,8 @@ class ARCReference(ReferencePolicy):
                     B1.popitem(last=False)
                     self.replace(x)
                 else:  # B1 is empty
-                    T1.popitem(last=False)
-                    self.counters["evictions"] += 1
+                    y, _ = T1.popitem(last=False)
+                    self.evicted(y)
             else:  # Case B: |L1| < c
                 total = len(T1) + len(T2) + len(B1) + len(B2)
                 if total >= c:
@@ -152,7 +154,7 @@ class ARCReference(ReferencePolicy):
         else:
             y, _ = self.T2.popitem(last=False)
             self.B2[y] = None
-        self.counters["evictions"] += 1
+        self.evicted(y)
 
 
 # --- compiled kernel ------------------------------------------------------------------------

@@ -79,13 +79,54 @@ class ReferencePolicy(ABC):
     """Plain-Python reference of a policy, written for reading, not for speed.
 
     ``counters`` holds one entry per name in ``counter_names`` and is updated by ``access``.
+
+    Tier steps (``docs/tiers.md``): a hierarchy of caches (:mod:`prefixsim.tiers`) drives each
+    tier with :meth:`hit`, :meth:`admit` (which returns the blocks the policy evicted, in
+    eviction order) and :meth:`remove`. A policy that calls :meth:`evicted` for every resident
+    block it evicts sets ``reports_victims`` and can be the first tier of a hierarchy; one
+    that also implements :meth:`remove` sets ``removable`` and can be in any position. None of
+    this changes single-cache behaviour: :meth:`evicted` only counts the eviction unless a tier
+    is collecting victims.
     """
 
     counter_names: ClassVar[tuple[str, ...]] = COMMON_COUNTERS
+    reports_victims: ClassVar[bool] = False
+    """Every eviction goes through :meth:`evicted` (the policy can feed a lower tier)."""
+    removable: ClassVar[bool] = False
+    """:meth:`remove` is implemented (the policy can be a lower tier)."""
 
     def __init__(self, params: PolicyParams) -> None:
         self.params = params
         self.counters: dict[str, int] = dict.fromkeys(self.counter_names, 0)
+        self._victims: list[Hashable] | None = None  # collecting, only inside admit()
+
+    def evicted(self, h: Hashable) -> None:
+        """Record that resident block ``h`` was evicted (policies call it at every eviction)."""
+        self.counters["evictions"] += 1
+        if self._victims is not None:
+            self._victims.append(h)
+
+    def hit(self, h: Hashable) -> None:
+        """Tier step: the access rule for a block that is resident here."""
+        assert self.is_resident(h)
+        self.access(h)
+
+    def admit(self, h: Hashable) -> list[Hashable]:
+        """Tier step: the policy's miss path for a block that is not resident here (S3FIFO:
+        small queue, or main queue on a hit of its own ghost); returns the resident blocks it
+        evicted, in eviction order."""
+        assert not self.is_resident(h)
+        self._victims = []
+        try:
+            self.access(h)
+            return self._victims
+        finally:
+            self._victims = None
+
+    def remove(self, h: Hashable) -> None:
+        """Tier step: take resident block ``h`` out, leaving no trace (no ghost entry, not an
+        eviction): the block moved to a faster tier."""
+        raise NotImplementedError(f"{type(self).__name__} has no removal")
 
     @abstractmethod
     def is_resident(self, h: Hashable) -> bool:

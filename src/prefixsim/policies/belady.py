@@ -51,6 +51,8 @@ class BeladyReference(ReferencePolicy):
     """``cache`` maps a resident block to ``(next_use, -last_use)``, the eviction key (max
     evicted). ``prepare`` must be given the exact stream the accesses then follow."""
 
+    reports_victims = True  # a first tier only: no natural removal
+
     def __init__(self, params: BeladyParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
@@ -83,7 +85,7 @@ class BeladyReference(ReferencePolicy):
         elif len(self.cache) >= self.capacity:
             victim = max(self.cache, key=self.cache.__getitem__)  # farthest next use
             del self.cache[victim]
-            self.counters["evictions"] += 1
+            self.evicted(victim)
         self.cache[h] = (self.next_use[self.t], -self.t)
         self.t += 1
 

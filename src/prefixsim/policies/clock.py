@@ -51,6 +51,8 @@ class CLOCKReference(ReferencePolicy):
     """A literal ring: ``slots[i]`` is the block in slot ``i`` (``None`` while still free),
     ``bit[i]`` its reference bit, ``slot_of`` the inverse map, ``hand`` the clock hand."""
 
+    reports_victims = True  # a first tier only: no natural removal
+
     def __init__(self, params: CLOCKParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
@@ -80,7 +82,7 @@ class CLOCKReference(ReferencePolicy):
                 self.hand = (self.hand + 1) % self.capacity
             s = self.hand
             del self.slot_of[self.slots[s]]
-            self.counters["evictions"] += 1
+            self.evicted(self.slots[s])
             self.hand = (self.hand + 1) % self.capacity
         self.slots[s] = h
         self.bit[s] = 0  # inserted with bit 0

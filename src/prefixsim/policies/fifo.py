@@ -35,6 +35,9 @@ class FIFOParams(PolicyParams):
 class FIFOReference(ReferencePolicy):
     """``queue`` is ordered from the oldest (head) to the newest (tail) insertion."""
 
+    reports_victims = True
+    removable = True
+
     def __init__(self, params: FIFOParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
@@ -51,9 +54,12 @@ class FIFOReference(ReferencePolicy):
             self.counters["block_hits"] += 1
             return  # a hit changes nothing
         if len(self.queue) >= self.capacity:
-            self.queue.popitem(last=False)
-            self.counters["evictions"] += 1
+            victim, _ = self.queue.popitem(last=False)
+            self.evicted(victim)
         self.queue[h] = None
+
+    def remove(self, h: Hashable) -> None:
+        del self.queue[h]  # the others keep their insertion order
 
 
 # --- compiled kernel ------------------------------------------------------------------------

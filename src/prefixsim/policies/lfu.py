@@ -45,6 +45,9 @@ class LFUReference(ReferencePolicy):
     the top. ``h`` itself is never compared: ``last`` breaks every tie.
     """
 
+    reports_victims = True
+    removable = True
+
     def __init__(self, params: LFUParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
@@ -69,10 +72,15 @@ class LFUReference(ReferencePolicy):
                 victim = self.victim()
                 del self.count[victim]  # the count is forgotten
                 del self.last[victim]
-                self.counters["evictions"] += 1
+                self.evicted(victim)
             self.count[h] = 1
         self.last[h] = self.now
         heapq.heappush(self.heap, (self.count[h], self.now, h))
+
+    def remove(self, h: Hashable) -> None:
+        # Its count is forgotten, as on eviction; its heap entries become stale.
+        del self.count[h]
+        del self.last[h]
 
     def victim(self) -> Hashable:
         """The resident block with the smallest ``(count, last)``."""

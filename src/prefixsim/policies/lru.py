@@ -33,6 +33,9 @@ class LRUParams(PolicyParams):
 class LRUReference(ReferencePolicy):
     """``cache`` is ordered from least (head) to most (tail) recently used."""
 
+    reports_victims = True
+    removable = True
+
     def __init__(self, params: LRUParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
@@ -50,9 +53,12 @@ class LRUReference(ReferencePolicy):
             self.cache.move_to_end(h)
             return
         if len(self.cache) >= self.capacity:
-            self.cache.popitem(last=False)
-            self.counters["evictions"] += 1
+            victim, _ = self.cache.popitem(last=False)
+            self.evicted(victim)
         self.cache[h] = None
+
+    def remove(self, h: Hashable) -> None:
+        del self.cache[h]
 
 
 # --- compiled kernel ------------------------------------------------------------------------

@@ -107,6 +107,8 @@ class S3FIFOReference(ReferencePolicy):
     """
 
     counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
+    reports_victims = True
+    removable = True
 
     def __init__(self, params: S3FIFOParams) -> None:
         super().__init__(params)
@@ -146,7 +148,7 @@ class S3FIFOReference(ReferencePolicy):
                 self.counters["promotions"] += 1
                 self.admit_to_M(victim, vf)
             else:
-                self.counters["evictions"] += 1
+                self.evicted(victim)
                 self.insert_to_G(victim)
         self.S[h] = 0
 
@@ -158,10 +160,17 @@ class S3FIFOReference(ReferencePolicy):
                 self.M[victim] = vf - 1  # requeued at the tail
                 continue
             del self.M[victim]
-            self.counters["evictions"] += 1
+            self.evicted(victim)
             self.insert_to_G(victim)
             break
         self.M[h] = freq
+
+    def remove(self, h: Hashable) -> None:
+        # Leaves S or M without a ghost entry: the block moved to a faster tier.
+        if h in self.S:
+            del self.S[h]
+        else:
+            del self.M[h]
 
     def insert_to_G(self, h: Hashable) -> None:
         if h in self.G:

@@ -80,6 +80,10 @@ class S3FIFOLeafReference(S3FIFOReference):
     ``admit_to_M`` and ``insert_to_G`` are the rules of the module docstring."""
 
     counter_names = (*S3FIFOReference.counter_names, "leaf_skips", "forced_evictions")
+    # A request-level policy (its accesses depend on the request's chain): not a tier of a
+    # multi-tier hierarchy, whatever S3FIFO allows.
+    reports_victims = False
+    removable = False
 
     def __init__(self, params: S3FIFOLeafParams) -> None:
         super().__init__(params)

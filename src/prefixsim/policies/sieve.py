@@ -67,6 +67,9 @@ class _Node:
 class SIEVEReference(ReferencePolicy):
     """Line-by-line transcription of Algorithm 1 (line numbers in the comments)."""
 
+    reports_victims = True
+    removable = True
+
     def __init__(self, params: SIEVEParams) -> None:
         super().__init__(params)
         self.C = params.capacity
@@ -99,10 +102,16 @@ class SIEVEReference(ReferencePolicy):
                 assert o is not None
             self.p = o.prev  # 13
             self.discard(o)  # 14
-            self.counters["evictions"] += 1
+            self.evicted(o.key)
         x = _Node(h)
         self.insert_at_head(x)  # 15
         x.visited = 0  # 16
+
+    def remove(self, h: Hashable) -> None:
+        o = self.T[h]
+        if self.p is o:
+            self.p = o.prev  # as after evicting o (line 13): the hand keeps its place
+        self.discard(o)
 
     def discard(self, o: _Node) -> None:
         if o.prev is not None:
