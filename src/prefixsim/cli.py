@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PrefixSimError
+from .formats.args import add_trace_arguments, options_from_args
 from .policies import policy_names
 from .policies.s3fifo import S3FIFOParams
 from .replay import ENGINES, replay
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--block-size", type=int, default=512, help="tokens per block (default: %(default)s)"
     )
+    add_trace_arguments(p)
     s3 = p.add_argument_group("S3FIFO parameters (ignored by other policies)")
     s3.add_argument(
         "--small-ratio",
@@ -103,7 +105,7 @@ def _write_atomic(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        trace = load_trace(args.trace)
+        trace = load_trace(args.trace, block_size=args.block_size, options=options_from_args(args))
         result = replay(
             trace,
             policy=args.policy,
