@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import prefixsim
 from prefixsim import ParameterError, TraceError, load_trace, replay
-from prefixsim.formats import hashing
+from prefixsim.formats import TraceOptions, hashing
 from prefixsim.formats.tokens import _parse_fast, _parse_slow
 
 
@@ -238,3 +238,95 @@ def test_fast_parser_equals_exact_parser(
 
 def test_package_exports_the_formats() -> None:
     assert prefixsim.formats.FORMATS == ("mooncake", "tokens", "chat")
+
+
+# -- chat traces -----------------------------------------------------------------------------------
+
+
+def test_chat_bytes_plain_template_hand_worked(tmp_path: Path) -> None:
+    # plain template, built-in byte tokenizer, block_size 4, no timestamps at 2 requests/s.
+    # Turn 1 renders "user: hi\n" + "assistant: " = 9 + 11 = 20 bytes: 5 full blocks.
+    # Turn 2 renders "user: hi\n" "assistant: yo\n" "user: ok\n" "assistant: "
+    # = 9 + 14 + 9 + 11 = 43 bytes: 10 full blocks (3 bytes partial); its first 20 bytes are
+    # turn 1's prompt, so its first 5 blocks are turn 1's. Infinite cache: turn 2 hits
+    # min(5 * 4, 43) = 20 tokens. Arrivals: 0 and 1000 / 2 = 500 ms.
+    hi = {"role": "user", "content": "hi"}
+    rows = [
+        {"messages": [hi], "model": "ignored"},
+        {
+            "messages": [
+                hi,
+                {"role": "assistant", "content": "yo"},
+                {"role": "user", "content": "ok"},
+            ],
+            "output_length": 3,
+        },
+    ]
+    path = write_jsonl(tmp_path / "c.jsonl", rows)
+    opts = TraceOptions(chat_template="plain", arrival_rate=2.0)
+    trace = load_trace(path, block_size=4, options=opts)
+    assert trace.input_lengths.tolist() == [20, 43]
+    assert trace.offsets.tolist() == [0, 5, 15]
+    assert trace.block_ids[5:10].tolist() == list(range(5))
+    assert trace.timestamps.tolist() == [0.0, 500.0]
+    assert trace.output_lengths.tolist() == [0, 3]
+    assert replay(trace, "LRU", 100, block_size=4).hit_tokens.tolist() == [0, 20]
+    # chatml renders a different text, so a different trace identity and other blocks.
+    chatml = load_trace(path, block_size=4)
+    assert chatml.input_lengths[0] == len("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert chatml.sha256 != trace.sha256
+
+
+@pytest.mark.parametrize(
+    ("lines", "where"),
+    [
+        (['{"messages": [{"role": "user"}]}'], r":1: messages: expected .* element 0 has content"),
+        (['{"messages": "hi"}'], r":1: messages: expected a list"),
+        (['{"messages": [], "timestamp": 1}', '{"messages": []}'], r":2: timestamp: missing here"),
+    ],
+)
+def test_chat_errors_name_line_and_field(tmp_path: Path, lines: list[str], where: str) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=where):
+        load_trace(path, block_size=4)
+
+
+def test_chat_bad_template_and_missing_tokenizer_file(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": []}])
+    with pytest.raises(ParameterError, match="chat_template"):
+        load_trace(path, block_size=4, options=TraceOptions(chat_template="{nope}"))
+    with pytest.raises(ParameterError, match="tokenizer"):
+        load_trace(path, block_size=4, options=TraceOptions(tokenizer=str(tmp_path / "no.json")))
+
+
+def test_chat_with_a_trained_tokenizer(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["[UNK]"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    sentences = ["the cache keeps the prefix", "a block of tokens", "hello there, assistant"] * 5
+    tok.train_from_iterator(sentences, trainer=trainer)
+    tok_path = tmp_path / "tokenizer.json"
+    tok.save(str(tok_path))
+    rows = [{"timestamp": 3, "messages": [{"role": "user", "content": s}]} for s in sentences[:3]]
+    path = write_jsonl(tmp_path / "c.jsonl", rows)
+    trace = load_trace(path, block_size=2, options=TraceOptions(tokenizer=str(tok_path)))
+    from prefixsim.formats.chat import render
+
+    # Expected: encode each rendered prompt directly, then the reference hashing.
+    dense: dict[tuple[int, int], int] = {}
+    expected = []
+    for r in rows:
+        ids = tok.encode(render(r["messages"]), add_special_tokens=False).ids  # type: ignore[arg-type]
+        expected.append(len(ids))
+        for h in hashing.chain_hashes_reference(ids, 2):
+            dense.setdefault(h, len(dense))
+    assert trace.input_lengths.tolist() == expected
+    assert trace.n_blocks == len(dense)

@@ -168,7 +168,10 @@ def load_derived(
     if needs_block_size(fmt):
         if block_size is None:
             raise ParameterError(
-                "block_size", None, f"a {fmt} trace is hashed into blocks: give its block size"
+                "block_size",
+                None,
+                f"a {fmt} trace is hashed into blocks of block_size tokens: give block_size "
+                "(--block-size)",
             )
         block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     else:
