@@ -79,7 +79,8 @@ class SweepConfig:
     """A sweep: the grid, the executor and the output settings."""
 
     trace: list[str] = field(default_factory=lambda: ["conversation"])
-    """Bundled trace names (``prefixsim.BUNDLED_TRACES``) or paths to Mooncake JSONL files."""
+    """Bundled trace names (``prefixsim.BUNDLED_TRACES``) or paths to JSONL trace files
+    (Mooncake, token or chat traces; see ``trace_format``)."""
     policy: list[str] = field(default_factory=lambda: ["S3FIFO", "LRU"])
     capacity: list[int] = field(default_factory=lambda: [1024, 2048, 4096, 8192, 16384])
     """Cache capacities, in blocks."""
@@ -91,6 +92,18 @@ class SweepConfig:
     """S3FIFO: saturation value of the per-block frequency."""
     ghost_freq: list[int] = field(default_factory=lambda: [0])
     """S3FIFO: frequency of a block re-admitted from the ghost queue."""
+    trace_format: str | None = None
+    """How every trace is read: ``mooncake``, ``tokens``, ``chat``, or null to detect it from
+    the first line (``prefixsim.formats``). Token and chat traces are hashed at each
+    ``block_size`` of the grid."""
+    chain: bool = False
+    """Mooncake traces whose ``hash_ids`` identify block content only: re-hash along prefixes."""
+    chat_template: str = "chatml"
+    """Chat traces: ``chatml``, ``plain`` or a per-message template with {role} and {content}."""
+    tokenizer: str = "bytes"
+    """Chat traces: ``bytes`` (built in) or the path of a local ``tokenizer.json``."""
+    arrival_rate: float = 1.0
+    """Chat traces without timestamps: requests per second, in file order."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     out_dir: str = DEFAULT_OUT_DIR
     """Run directory; re-running into an existing one computes only the missing points."""
@@ -100,6 +113,18 @@ class SweepConfig:
     """Show a progress bar on grids that take more than a moment (only on a terminal)."""
     plot: bool = True
     """Draw the run's figures into ``out_dir/figures`` at the end (``python -m sweep.plot``)."""
+
+    def trace_options(self) -> Any:
+        """The trace-reading keys as the engine's ``prefixsim.formats.TraceOptions``."""
+        from prefixsim.formats import TraceOptions
+
+        return TraceOptions(
+            format=self.trace_format,
+            chain=self.chain,
+            chat_template=self.chat_template,
+            tokenizer=self.tokenizer,
+            arrival_rate=self.arrival_rate,
+        )
 
 
 def register_configs() -> None:
