@@ -60,7 +60,7 @@ def main() -> None:
         h0, h1, bo = hashing.chain_hashes(tokens, offsets, bs)
         kernel.append(n_tokens / (time.perf_counter() - t))
         t = time.perf_counter()
-        ids, n_blocks = hashing.intern_blocks(h0, h1, bo, "bench")
+        _ids, n_blocks = hashing.intern_blocks(h0, h1, bo, "bench")
         intern.append(len(h0) / (time.perf_counter() - t))
         t = time.perf_counter()
         for r in range(len(b_off_list) - 1):
