@@ -85,15 +85,20 @@ def first_line(raw: bytes, display: str) -> tuple[int, bytes] | None:
 
 
 def _first_nonblank(buf: bytes, complete: bool) -> tuple[int, bytes] | None:
-    lines = buf.split(b"\n")
-    if not complete:
-        lines = lines[:-1]  # the last piece may be cut
-    for i, line in enumerate(lines, start=1):
-        text = line.strip(b" \t\r")
-        if text.startswith(b"\xef\xbb\xbf") and i == 1:
-            text = text[3:]
+    """Scans line by line from the start (never splits the whole buffer: traces are large)."""
+    start, number = 0, 1
+    while start < len(buf):
+        end = buf.find(b"\n", start)
+        if end < 0:
+            if not complete:
+                return None  # the last piece may be cut
+            end = len(buf)
+        text = buf[start:end].strip(b" \t\r")
+        if number == 1 and text.startswith(b"\xef\xbb\xbf"):
+            text = text[3:].strip(b" \t\r")
         if text:
-            return i, text
+            return number, text
+        start, number = end + 1, number + 1
     return None
 
 
