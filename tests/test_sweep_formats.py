@@ -91,3 +91,29 @@ def test_chain_option_reaches_the_loader(tmp_path: Path) -> None:
         assert run_sweep(cfg).exit_code == 0
         totals[chain] = int(pd.read_parquet(cfg.out_dir + "/results.parquet").total_hit_tokens[0])
     assert totals == {False: 16, True: 0}
+
+
+def test_workers_use_memory_mapped_traces_without_copying(tmp_path: Path) -> None:
+    # What a loky worker receives with mmap_mode="c": np.memmap arrays, writable
+    # (copy-on-write). _local_trace must view them as plain ndarrays, not copy them.
+    import dataclasses
+
+    import numpy as np
+
+    from sweep.run import _local_trace
+
+    trace = prefixsim.load_trace("conversation")
+    mapped = {}
+    for f in dataclasses.fields(trace):
+        a = getattr(trace, f.name)
+        if isinstance(a, np.ndarray):
+            path = tmp_path / f"{f.name}.npy"
+            np.save(path, a)
+            mapped[f.name] = np.load(path, mmap_mode="c")
+    local = _local_trace(dataclasses.replace(trace, **mapped))
+    for name, m in mapped.items():
+        a = getattr(local, name)
+        assert type(a) is np.ndarray and np.shares_memory(a, m), name
+    assert prefixsim.replay(local, "S3FIFO", 4096).total_hit_tokens == (
+        prefixsim.replay(trace, "S3FIFO", 4096).total_hit_tokens
+    )
