@@ -37,7 +37,7 @@ import numpy as np
 
 from . import _trace_cache, formats
 from .errors import ParameterError, TraceError
-from .formats import TraceOptions
+from .formats import TraceOptions, mooncake_stream
 
 BUNDLED_TRACES: dict[str, str] = {"conversation": "conversation.jsonl.gz"}
 """Names of the traces shipped in ``prefixsim/data`` and their file names."""
@@ -148,6 +148,12 @@ def load_trace(
     else:
         path = Path(given)
         display = given
+    plain = format in (None, "mooncake") and not chain and (options is None or not options.chain)
+    if plain and (options is None or options.format in (None, "mooncake")):
+        # Large ordinary Mooncake files: streamed through a compiled parser (falls back here).
+        streamed = mooncake_stream.try_load(path, given, use_cache)
+        if streamed is not None:
+            return cast(Trace, streamed)
     raw = _read_bytes(path, display)
     # Formats other than plain Mooncake (their own modules): a small dispatch on the options.
     opts = options or TraceOptions()

@@ -1,0 +1,412 @@
+"""Streaming parse of ordinary Mooncake traces: a compiled strict-subset parser, chunk by chunk.
+
+For traces of millions of requests, :func:`try_load` reads the file in chunks (decompressing
+gzip as a stream), parses each chunk's complete lines with a numba kernel and maps the
+``hash_ids`` to dense ids as it goes, so the file's bytes are never all in memory and the peak
+is about the final arrays plus one chunk and the id table.
+
+The kernel accepts only a strict subset of the format, whose values it can read exactly: each
+non-blank line is one object whose keys are exactly ``timestamp``, ``input_length``,
+``output_length`` and ``hash_ids`` (each once, any order, JSON whitespace between tokens), with
+numbers without exponent (``timestamp`` with at most 15 digits, read exactly as Python's
+``float``; the others integers of at most 18 digits, so they fit int64), ``input_length`` and
+``output_length`` non-negative, and ``hash_ids`` non-negative ids dense enough for a direct
+table (below ``8 * accesses + 2**20``). On anything else (another key, an exponent, a string, a
+bad line...) it gives up and :func:`prefixsim.load_trace` falls back to its exact loader, which
+either reads the same trace or reports the first bad line: the result never depends on which
+path ran (tested).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+CHUNK = 1 << 24
+"""Bytes read (or decompressed) per step."""
+_MAX_ID = 2**31 - 2
+
+
+@njit(cache=True)
+def _skip_ws(buf, i, end):
+    while i < end and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
+        i += 1
+    return i
+
+
+@njit(cache=True)
+def _read_int(buf, i, end, max_digits, allow_minus):
+    """(value, next index, ok) of a JSON integer at ``buf[i]`` with no fraction or exponent."""
+    neg = False
+    if i < end and buf[i] == 45:  # '-'
+        if not allow_minus:
+            return 0, i, False
+        neg = True
+        i += 1
+    start = i
+    v = 0
+    while i < end and 48 <= buf[i] <= 57:
+        v = v * 10 + (buf[i] - 48)
+        i += 1
+    n = i - start
+    if n == 0 or n > max_digits or (n > 1 and buf[start] == 48):
+        return 0, i, False
+    if i < end and (buf[i] == 46 or buf[i] == 101 or buf[i] == 69):  # '.', 'e', 'E'
+        return 0, i, False
+    return (-v if neg else v), i, True
+
+
+_POW10 = np.array([10.0**k for k in range(23)])  # exact doubles
+
+
+@njit(cache=True)
+def _read_decimal(buf, i, end):
+    """(value, next index, ok) of a JSON number without exponent and with at most 15 digits,
+    read exactly: the digits form an integer m < 2**53 and the value is m / 10**k with k <= 22,
+    one correctly rounded IEEE division of two exact doubles (Clinger's fast path), so it equals
+    Python's ``float(text)``."""
+    neg = False
+    if i < end and buf[i] == 45:
+        neg = True
+        i += 1
+    start = i
+    m = 0
+    while i < end and 48 <= buf[i] <= 57:
+        m = m * 10 + (buf[i] - 48)
+        i += 1
+    n_int = i - start
+    if n_int == 0 or (n_int > 1 and buf[start] == 48):
+        return 0.0, i, False
+    k = 0
+    if i < end and buf[i] == 46:  # '.'
+        i += 1
+        f0 = i
+        while i < end and 48 <= buf[i] <= 57:
+            m = m * 10 + (buf[i] - 48)
+            i += 1
+        k = i - f0
+        if k == 0:
+            return 0.0, i, False
+    if n_int + k > 15 or (i < end and (buf[i] == 101 or buf[i] == 69)):
+        return 0.0, i, False
+    v = float(m) / _POW10[k]
+    return (-v if neg else v), i, True
+
+
+# Key codes: 1 timestamp, 2 input_length, 3 output_length, 4 hash_ids, 0 anything else.
+_K_TS = np.frombuffer(b"timestamp", dtype=np.uint8).copy()
+_K_IN = np.frombuffer(b"input_length", dtype=np.uint8).copy()
+_K_OUT = np.frombuffer(b"output_length", dtype=np.uint8).copy()
+_K_IDS = np.frombuffer(b"hash_ids", dtype=np.uint8).copy()
+
+
+@njit(cache=True)
+def _same(buf, i, key):
+    for k in range(len(key)):  # noqa: SIM110 - numba compiles no generator expressions
+        if buf[i + k] != key[k]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _key_code(buf, i, j):
+    n = j - i
+    if n == 9 and _same(buf, i, _K_TS):
+        return 1
+    if n == 12 and _same(buf, i, _K_IN):
+        return 2
+    if n == 13 and _same(buf, i, _K_OUT):
+        return 3
+    if n == 8 and _same(buf, i, _K_IDS):
+        return 4
+    return 0
+
+
+@njit(cache=True)
+def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
+    """Parse the complete lines of ``buf`` (it ends at a newline or the end of the file).
+    Returns (requests, ids written, newlines seen, ok)."""
+    end = len(buf)
+    i = 0
+    r = 0
+    nid = 0
+    line = line0
+    while i < end:
+        i = _skip_ws(buf, i, end)
+        if i < end and buf[i] == 10:  # blank line
+            i += 1
+            line += 1
+            continue
+        if i >= end:
+            break
+        if buf[i] != 123:  # '{'
+            return r, nid, line, False
+        i += 1
+        seen = 0
+        first_id = nid
+        while True:
+            i = _skip_ws(buf, i, end)
+            if i >= end or buf[i] != 34:  # '"'
+                return r, nid, line, False
+            j = i + 1
+            while j < end and buf[j] != 34 and buf[j] != 92 and buf[j] != 10:
+                j += 1
+            if j >= end or buf[j] != 34:
+                return r, nid, line, False
+            code = _key_code(buf, i + 1, j)
+            if code == 0 or (seen >> code) & 1:
+                return r, nid, line, False
+            seen |= 1 << code
+            i = _skip_ws(buf, j + 1, end)
+            if i >= end or buf[i] != 58:  # ':'
+                return r, nid, line, False
+            i = _skip_ws(buf, i + 1, end)
+            if code == 1:
+                x, i, ok = _read_decimal(buf, i, end)
+                if not ok:
+                    return r, nid, line, False
+                ts[r] = x
+            elif code == 2 or code == 3:
+                v, i, ok = _read_int(buf, i, end, 18, False)
+                if not ok:
+                    return r, nid, line, False
+                if code == 2:
+                    ins[r] = v
+                else:
+                    outs[r] = v
+            else:
+                if i >= end or buf[i] != 91:  # '['
+                    return r, nid, line, False
+                i = _skip_ws(buf, i + 1, end)
+                if i < end and buf[i] == 93:  # ']'
+                    i += 1
+                else:
+                    while True:
+                        v, i, ok = _read_int(buf, i, end, 18, False)
+                        if not ok:
+                            return r, nid, line, False
+                        ids[nid] = v
+                        nid += 1
+                        i = _skip_ws(buf, i, end)
+                        if i < end and buf[i] == 44:  # ','
+                            i = _skip_ws(buf, i + 1, end)
+                            continue
+                        if i < end and buf[i] == 93:
+                            i += 1
+                            break
+                        return r, nid, line, False
+            i = _skip_ws(buf, i, end)
+            if i < end and buf[i] == 44:
+                i += 1
+                continue
+            if i < end and buf[i] == 125:  # '}'
+                i += 1
+                break
+            return r, nid, line, False
+        if seen != 0b11110:
+            return r, nid, line, False
+        i = _skip_ws(buf, i, end)
+        if i < end and buf[i] != 10:
+            return r, nid, line, False
+        counts[r] = nid - first_id
+        lines[r] = line
+        r += 1
+        i += 1
+        line += 1
+    return r, nid, line, True
+
+
+@njit(cache=True)
+def _intern(ids, table, next_id, out):
+    """Dense ids by first appearance through a direct table (``table[id] = -1`` when unseen)."""
+    for k in range(len(ids)):
+        h = ids[k]
+        d = table[h]
+        if d < 0:
+            d = next_id
+            table[h] = d
+            next_id += 1
+        out[k] = d
+    return next_id
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    """The file's uncompressed bytes in pieces (gzip decompressed as a stream)."""
+    with path.open("rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        if head != b"\x1f\x8b":
+            while piece := f.read(CHUNK):
+                yield piece
+            return
+        d = zlib.decompressobj(wbits=31)
+        while True:
+            if d.eof:  # a second gzip member (concatenated files): the exact loader handles it
+                if d.unused_data or f.read(1):
+                    raise _GiveUp
+                return
+            raw = d.unconsumed_tail or f.read(CHUNK // 4)
+            if not raw:
+                raise _GiveUp  # truncated: the exact loader reports it
+            piece = d.decompress(raw, CHUNK)
+            if piece:
+                yield piece
+
+
+class _GiveUp(Exception):
+    """Something the strict kernel does not read; the caller falls back to the exact loader."""
+
+
+def parse(path: Path) -> tuple[dict[str, Any], str] | None:
+    """``(Trace fields but name and sha256, sha256 of the uncompressed content)`` or None."""
+    try:
+        return _parse(path)
+    except (_GiveUp, OSError, zlib.error, EOFError):
+        return None
+
+
+def _parse(path: Path) -> tuple[dict[str, Any], str] | None:
+    sha = hashlib.sha256()
+    table = np.full(1 << 20, -1, dtype=np.int32)
+    next_id = 0
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "ins", "outs", "counts", "lines")}
+    block_parts: list[np.ndarray] = []
+    n_access = 0
+    line = 1
+    carry = b""
+    first = True
+    pieces = _chunks(path)
+    done = False
+    while not done:
+        piece = next(pieces, None)
+        if piece is None:
+            done = True
+            data, carry = carry, b""
+        else:
+            sha.update(piece)
+            if first and piece.startswith(b"\xef\xbb\xbf"):
+                piece = piece[3:]
+            first = False
+            data = carry + piece
+            cut = data.rfind(b"\n") + 1
+            data, carry = data[:cut], data[cut:]
+        if not data:
+            continue
+        buf = np.frombuffer(data, dtype=np.uint8)
+        max_lines = data.count(b"\n") + 1
+        ts = np.empty(max_lines, np.float64)
+        ins = np.empty(max_lines, np.int64)
+        outs = np.empty(max_lines, np.int64)
+        counts = np.empty(max_lines, np.int64)
+        lines = np.empty(max_lines, np.int64)
+        ids = np.empty(len(data) // 2 + 1, np.int64)
+        r, nid, line, ok = _parse_chunk(buf, line, ts, ins, outs, counts, lines, ids)
+        if not ok:
+            return None
+        ids = ids[:nid]
+        if nid:
+            hi = int(ids.max())
+            n_access += nid
+            if hi > min(_MAX_ID, 8 * n_access + (1 << 20)):
+                return None  # sparse or huge ids: the exact loader sorts them
+            if hi >= len(table):
+                grown = np.full(max(2 * len(table), hi + 1), -1, dtype=np.int32)
+                grown[: len(table)] = table
+                table = grown
+        dense = np.empty(nid, np.int32)
+        next_id = _intern(ids, table, next_id, dense)
+        block_parts.append(dense)
+        for name, a in zip(parts, (ts, ins, outs, counts, lines), strict=True):
+            parts[name].append(a[:r].copy())
+        del ids, buf, data
+    if sum(len(p) for p in parts["ts"]) == 0:
+        return None  # the exact loader names the problem (empty file, blank lines only)
+    del table
+
+    def joined(chunks: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
+        """Concatenated, freeing each piece as it is copied (peak: result + one piece)."""
+        out = np.empty(sum(len(c) for c in chunks), dtype=dtype)
+        pos = 0
+        for k in range(len(chunks)):
+            c = chunks[k]
+            out[pos : pos + len(c)] = c
+            pos += len(c)
+            chunks[k] = c[:0]
+        return out
+
+    counts_all = joined(parts["counts"], np.int64)
+    offsets = np.zeros(len(counts_all) + 1, dtype=np.int64)
+    np.cumsum(counts_all, out=offsets[1:])
+    fields = {
+        "timestamps": joined(parts["ts"], np.float64),
+        "input_lengths": joined(parts["ins"], np.int64),
+        "output_lengths": joined(parts["outs"], np.int64),
+        "offsets": offsets,
+        "block_ids": joined(block_parts, np.int32),
+        "n_blocks": int(next_id),
+        "line_numbers": joined(parts["lines"], np.int64),
+    }
+    return fields, sha.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of the file's raw bytes, read in chunks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while piece := f.read(CHUNK):
+            h.update(piece)
+    return h.hexdigest()
+
+
+def try_load(path: Path, given: str, use_cache: bool) -> Any:
+    """The :class:`~prefixsim.trace.Trace` of a large ordinary Mooncake file, or None when the
+    ordinary loader must run (small or unusual file, another format, anything to report)."""
+    from .. import _trace_cache
+    from ..errors import TraceError
+    from ..trace import Trace
+    from . import detect_format
+
+    if not is_candidate(path):
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 20)
+        if detect_format(head, given) != "mooncake":
+            return None
+        key = file_sha256(path) if use_cache else None
+    except (OSError, TraceError):
+        return None
+    if key is not None:
+        cached = _trace_cache.load(key)
+        if cached is not None:
+            return Trace(name=given, **cached)
+    parsed = parse(path)
+    if parsed is None:
+        return None
+    fields, sha = parsed
+    trace = Trace(name=given, sha256=sha, **fields)
+    if key is not None:
+        _trace_cache.store(key, trace)
+    return trace
+
+
+STREAM_MIN_BYTES = 64 << 20
+"""Files smaller than this take the ordinary loader (already fast there)."""
+
+
+def is_candidate(path: Path) -> bool:
+    """A regular file large enough to be worth streaming."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    import stat
+
+    return stat.S_ISREG(st.st_mode) and st.st_size >= STREAM_MIN_BYTES
