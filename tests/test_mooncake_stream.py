@@ -102,7 +102,7 @@ def test_load_trace_streams_large_files_and_matches(
     monkeypatch.setattr(mooncake_stream, "STREAM_MIN_BYTES", 0)
     calls: list[Path] = []
     real = mooncake_stream.parse
-    monkeypatch.setattr(mooncake_stream, "parse", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(mooncake_stream, "parse", lambda p, s=None: calls.append(p) or real(p, s))
     src = prefixsim.trace.bundled_trace_path("conversation")
     path = tmp_path / "c.jsonl.gz"
     path.write_bytes(src.read_bytes())
@@ -113,3 +113,18 @@ def test_load_trace_streams_large_files_and_matches(
     assert streamed.sha256 == ordinary.sha256
     for name in ("timestamps", "input_lengths", "output_lengths", "offsets", "block_ids"):
         assert np.array_equal(getattr(streamed, name), getattr(ordinary, name)), name
+
+
+def test_plain_file_with_cache_keeps_the_content_sha(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mooncake_stream, "STREAM_MIN_BYTES", 0)
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(
+        gzip.decompress(prefixsim.trace.bundled_trace_path("conversation").read_bytes())
+    )
+    first = prefixsim.load_trace(path)  # streamed, then cached
+    again = prefixsim.load_trace(path)  # from the cache
+    bundled = prefixsim.load_trace("conversation")
+    assert first.sha256 == again.sha256 == bundled.sha256
+    assert np.array_equal(again.block_ids, bundled.block_ids)

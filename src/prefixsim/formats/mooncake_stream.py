@@ -264,15 +264,19 @@ class _GiveUp(Exception):
     """Something the strict kernel does not read; the caller falls back to the exact loader."""
 
 
-def parse(path: Path) -> tuple[dict[str, Any], str] | None:
-    """``(Trace fields but name and sha256, sha256 of the uncompressed content)`` or None."""
+def parse(path: Path, raw_sha256: str | None = None) -> tuple[dict[str, Any], str] | None:
+    """``(Trace fields but name and sha256, sha256 of the uncompressed content)`` or None.
+    ``raw_sha256``, the file's sha256 if known, saves hashing a plain file twice."""
     try:
-        return _parse(path)
+        return _parse(path, raw_sha256)
     except (_GiveUp, OSError, zlib.error, EOFError):
         return None
 
 
-def _parse(path: Path) -> tuple[dict[str, Any], str] | None:
+def _parse(path: Path, raw_sha256: str | None) -> tuple[dict[str, Any], str] | None:
+    with path.open("rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    known = None if gzipped else raw_sha256  # a plain file's content is its raw bytes
     sha = hashlib.sha256()
     table = np.full(1 << 20, -1, dtype=np.int32)
     next_id = 0
@@ -290,7 +294,8 @@ def _parse(path: Path) -> tuple[dict[str, Any], str] | None:
             done = True
             data, carry = carry, b""
         else:
-            sha.update(piece)
+            if known is None:
+                sha.update(piece)
             if first and piece.startswith(b"\xef\xbb\xbf"):
                 piece = piece[3:]
             first = False
@@ -300,7 +305,8 @@ def _parse(path: Path) -> tuple[dict[str, Any], str] | None:
         if not data:
             continue
         buf = np.frombuffer(data, dtype=np.uint8)
-        max_lines = data.count(b"\n") + 1
+        max_lines = len(data) // 2 + 1  # a request line has at least 2 bytes; pages untouched
+        # beyond the lines written are never resident (np.empty)
         ts = np.empty(max_lines, np.float64)
         ins = np.empty(max_lines, np.int64)
         outs = np.empty(max_lines, np.int64)
@@ -353,7 +359,7 @@ def _parse(path: Path) -> tuple[dict[str, Any], str] | None:
         "n_blocks": int(next_id),
         "line_numbers": joined(parts["lines"], np.int64),
     }
-    return fields, sha.hexdigest()
+    return fields, known or sha.hexdigest()
 
 
 def file_sha256(path: Path) -> str:
@@ -387,7 +393,7 @@ def try_load(path: Path, given: str, use_cache: bool) -> Any:
         cached = _trace_cache.load(key)
         if cached is not None:
             return Trace(name=given, **cached)
-    parsed = parse(path)
+    parsed = parse(path, key)
     if parsed is None:
         return None
     fields, sha = parsed
