@@ -32,11 +32,23 @@ with tempfile.TemporaryDirectory() as tmp:  # load the compiled parser before me
     warm = pathlib.Path(tmp) / "w.jsonl"
     warm.write_text('{"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1]}')
     mooncake_stream.parse(warm)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+import os, threading
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+before, peak, running = rss(), [0], [True]
+def sample():  # the load's peak resident memory, sampled every 5 ms
+    while running[0]:
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.005)
+sampler = threading.Thread(target=sample)
+sampler.start()
 t = time.perf_counter()
 trace = prefixsim.load_trace(path, use_cache=False)
 load = time.perf_counter() - t
-peak_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+running[0] = False
+sampler.join()
+peak_load = max(peak[0], rss())
 arrays = sum(getattr(trace, f).nbytes for f in ("timestamps", "input_lengths", "output_lengths",
              "offsets", "block_ids", "line_numbers"))
 out = {"requests": trace.n_requests, "accesses": trace.n_accesses, "blocks": trace.n_blocks,
