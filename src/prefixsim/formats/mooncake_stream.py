@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-CHUNK = 1 << 24
+CHUNK = 1 << 23
 """Bytes read (or decompressed) per step."""
 _MAX_ID = 2**31 - 2
 
@@ -225,13 +225,14 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
 
 @njit(cache=True)
 def _intern(ids, table, next_id, out):
-    """Dense ids by first appearance through a direct table (``table[id] = -1`` when unseen)."""
+    """Dense ids by first appearance through a direct table holding ``dense id + 1`` (0 when
+    unseen: a zero-filled table costs no memory until its pages are written)."""
     for k in range(len(ids)):
         h = ids[k]
-        d = table[h]
+        d = table[h] - 1
         if d < 0:
             d = next_id
-            table[h] = d
+            table[h] = d + 1
             next_id += 1
         out[k] = d
     return next_id
@@ -273,15 +274,54 @@ def parse(path: Path, raw_sha256: str | None = None) -> tuple[dict[str, Any], st
         return None
 
 
+class _Column:
+    """An output column written in place: one large ``np.empty`` allocation (its pages become
+    resident only as they are written), grown by doubling when a gzip file outgrows the guess.
+    The result is a view of the written part, so nothing is concatenated or copied at the end
+    and no freed pieces linger in the allocator."""
+
+    def __init__(self, dtype: type[np.generic], capacity: int) -> None:
+        self.data = np.empty(max(capacity, 1024), dtype=dtype)
+        self.n = 0
+
+    def room(self, k: int) -> np.ndarray:
+        """A writable slice for the next ``k`` values (call :meth:`done` after filling it)."""
+        if self.n + k > len(self.data):
+            grown = np.empty(max(2 * len(self.data), self.n + k), dtype=self.data.dtype)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        return self.data[self.n : self.n + k]
+
+    def done(self, k: int) -> None:
+        self.n += k
+
+    def result(self) -> np.ndarray:
+        return self.data[: self.n]
+
+
+_MIN_LINE = len('{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}')
+
+
 def _parse(path: Path, raw_sha256: str | None) -> tuple[dict[str, Any], str] | None:
+    size = path.stat().st_size
     with path.open("rb") as f:
         gzipped = f.read(2) == b"\x1f\x8b"
     known = None if gzipped else raw_sha256  # a plain file's content is its raw bytes
+    # Plain files: exact upper bounds (a request line has >= _MIN_LINE bytes, an id >= 2);
+    # gzip: a guess of 8x compression, grown if needed.
+    text = size if not gzipped else 8 * size
+    per_request = text // _MIN_LINE + 1
+    columns = {
+        "timestamps": _Column(np.float64, per_request),
+        "input_lengths": _Column(np.int64, per_request),
+        "output_lengths": _Column(np.int64, per_request),
+        "counts": _Column(np.int64, per_request),
+        "line_numbers": _Column(np.int64, per_request),
+    }
+    block_ids = _Column(np.int32, text // 2 + 1)
     sha = hashlib.sha256()
-    table = np.full(1 << 20, -1, dtype=np.int32)
+    table = np.zeros(1 << 20, dtype=np.int32)
     next_id = 0
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "ins", "outs", "counts", "lines")}
-    block_parts: list[np.ndarray] = []
     n_access = 0
     line = 1
     carry = b""
@@ -305,17 +345,14 @@ def _parse(path: Path, raw_sha256: str | None) -> tuple[dict[str, Any], str] | N
         if not data:
             continue
         buf = np.frombuffer(data, dtype=np.uint8)
-        max_lines = len(data) // 2 + 1  # a request line has at least 2 bytes; pages untouched
-        # beyond the lines written are never resident (np.empty)
-        ts = np.empty(max_lines, np.float64)
-        ins = np.empty(max_lines, np.int64)
-        outs = np.empty(max_lines, np.int64)
-        counts = np.empty(max_lines, np.int64)
-        lines = np.empty(max_lines, np.int64)
+        max_lines = len(data) // 2 + 1  # blank lines count too; untouched pages cost nothing
+        ts, ins, outs, counts, lines = (c.room(max_lines) for c in columns.values())
         ids = np.empty(len(data) // 2 + 1, np.int64)
         r, nid, line, ok = _parse_chunk(buf, line, ts, ins, outs, counts, lines, ids)
         if not ok:
             return None
+        for c in columns.values():
+            c.done(r)
         ids = ids[:nid]
         if nid:
             hi = int(ids.max())
@@ -323,42 +360,21 @@ def _parse(path: Path, raw_sha256: str | None) -> tuple[dict[str, Any], str] | N
             if hi > min(_MAX_ID, 8 * n_access + (1 << 20)):
                 return None  # sparse or huge ids: the exact loader sorts them
             if hi >= len(table):
-                grown = np.full(max(2 * len(table), hi + 1), -1, dtype=np.int32)
+                grown = np.zeros(max(2 * len(table), hi + 1), dtype=np.int32)  # lazily zero
                 grown[: len(table)] = table
                 table = grown
-        dense = np.empty(nid, np.int32)
-        next_id = _intern(ids, table, next_id, dense)
-        block_parts.append(dense)
-        for name, a in zip(parts, (ts, ins, outs, counts, lines), strict=True):
-            parts[name].append(a[:r].copy())
-        del ids, buf, data
-    if sum(len(p) for p in parts["ts"]) == 0:
+        next_id = _intern(ids, table, next_id, block_ids.room(nid))
+        block_ids.done(nid)
+        del ids, buf, data, ts, ins, outs, counts, lines
+    if columns["timestamps"].n == 0:
         return None  # the exact loader names the problem (empty file, blank lines only)
     del table
-
-    def joined(chunks: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
-        """Concatenated, freeing each piece as it is copied (peak: result + one piece)."""
-        out = np.empty(sum(len(c) for c in chunks), dtype=dtype)
-        pos = 0
-        for k in range(len(chunks)):
-            c = chunks[k]
-            out[pos : pos + len(c)] = c
-            pos += len(c)
-            chunks[k] = c[:0]
-        return out
-
-    counts_all = joined(parts["counts"], np.int64)
-    offsets = np.zeros(len(counts_all) + 1, dtype=np.int64)
-    np.cumsum(counts_all, out=offsets[1:])
-    fields = {
-        "timestamps": joined(parts["ts"], np.float64),
-        "input_lengths": joined(parts["ins"], np.int64),
-        "output_lengths": joined(parts["outs"], np.int64),
-        "offsets": offsets,
-        "block_ids": joined(block_parts, np.int32),
-        "n_blocks": int(next_id),
-        "line_numbers": joined(parts["lines"], np.int64),
-    }
+    counts = columns.pop("counts").result()
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    del counts
+    fields: dict[str, Any] = {name: c.result() for name, c in columns.items()}
+    fields.update(offsets=offsets, block_ids=block_ids.result(), n_blocks=int(next_id))
     return fields, known or sha.hexdigest()
 
 
