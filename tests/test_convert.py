@@ -83,3 +83,10 @@ def test_forced_format(tmp_path: Path, flag: str) -> None:
     src = _write(tmp_path / "t.jsonl", [{"timestamp": 0, "token_ids": [1, 2]}])
     code = main([str(src), str(tmp_path / "o.jsonl"), "--from", flag, "--block-size", "1"])
     assert code == (0 if flag == "tokens" else 2)
+
+
+def test_lines_do_not_depend_on_the_batch() -> None:
+    from prefixsim.convert import mooncake_lines
+
+    trace = load_trace("conversation")
+    assert list(mooncake_lines(trace, batch=7)) == list(mooncake_lines(trace))
