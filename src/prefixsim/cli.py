@@ -12,6 +12,7 @@ from typing import Any
 
 from .cost import capacity_from_size, cost_report
 from .errors import ParameterError, PrefixSimError
+from .formats.args import add_trace_arguments, options_from_args
 from .hardware import TIERS, hardware_names, load_hardware
 from .models import DTYPE_BYTES, load_model, model_names
 from .policies import policy_names
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--block-size", type=int, default=512, help="tokens per block (default: %(default)s)"
     )
+    add_trace_arguments(p)
     s3 = p.add_argument_group("S3FIFO parameters (ignored by other policies)")
     s3.add_argument(
         "--small-ratio",
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         capacity, cache_bytes, model, hardware = _sizing(args)
-        trace = load_trace(args.trace)
+        trace = load_trace(args.trace, block_size=args.block_size, options=options_from_args(args))
         result = replay(
             trace,
             policy=args.policy,

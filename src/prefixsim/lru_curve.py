@@ -56,7 +56,7 @@ from .errors import ParameterError
 from .policies import get_policy
 from .policies.base import check_int
 from .replay import MAX_BLOCK_SIZE, ReplayResult, make_params
-from .trace import Trace
+from .trace import Trace, check_block_size_matches
 
 ENGINE = "lru_curve"
 """``engine`` of the :class:`~prefixsim.replay.ReplayResult` objects built from a curve."""
@@ -368,6 +368,7 @@ def lru_curve(trace: Trace, capacities: Iterable[int], block_size: int = 512) ->
         raise AssertionError("LRU counters changed; update prefixsim.lru_curve")
     caps = _check_capacities(capacities)
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_block_size_matches(trace, block_size)
     start = time.perf_counter()
     max_capacity = int(caps.max())
     prefix_max, prefix_offsets, hits_at_most, n_distinct = _curve_kernel(
@@ -428,6 +429,7 @@ class Ceiling:
 def ceiling(trace: Trace, block_size: int = 512) -> Ceiling:
     """Per-request hit tokens of an infinite cache: the longest prefix of blocks seen before."""
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_block_size_matches(trace, block_size)
     hit_tokens = _ceiling_kernel(
         trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, block_size
     )

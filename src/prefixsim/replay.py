@@ -25,7 +25,7 @@ from ._exact import exact_sum
 from .errors import ParameterError
 from .policies import PolicyParams, get_policy
 from .policies.base import check_int
-from .trace import Trace, load_trace
+from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
 ENGINES: tuple[str, ...] = ("kernel", "reference")
@@ -151,6 +151,7 @@ def replay_params(
     """Replay with already validated ``params`` (what the sweep calls for every grid point)."""
     # Bounded so that k * block_size cannot overflow the kernels' int64 (k < 2**31 blocks).
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_block_size_matches(trace, block_size)
     spec = get_policy(params.policy)
     names = spec.counter_names
     start = time.perf_counter()

@@ -20,6 +20,7 @@ the exact parser is the reference and either reports the first bad line or yield
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -31,13 +32,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from . import _trace_cache
+from . import _trace_cache, formats
 from ._exact import INT64_MAX, exact_sum, first_running_total_over
 from .errors import ParameterError, TraceError
+from .formats import TraceOptions, mooncake_stream
 
 BUNDLED_TRACES: dict[str, str] = {"conversation": "conversation.jsonl.gz"}
 """Names of the traces shipped in ``prefixsim/data`` and their file names."""
@@ -64,6 +66,9 @@ class Trace:
     n_blocks: int
     """Number of distinct hash ids."""
     line_numbers: np.ndarray = field(repr=False)  # int64, 1-based file line of each request
+    block_size: int | None = None
+    """The block size the blocks were hashed at (token and chat traces), or None when the blocks
+    do not depend on it (Mooncake ``hash_ids``); replaying at another block size is refused."""
 
     def __post_init__(self) -> None:
         _check_total_prompt_tokens(self)
@@ -131,8 +136,23 @@ _MAX_OPEN_PER_LINE = 256
 in ignored keys, stdlib json stops near the recursion limit)."""
 
 
-def load_trace(path_or_name: str | os.PathLike[str], *, use_cache: bool = True) -> Trace:
-    """Load a Mooncake JSONL trace (plain or gzip) or a bundled trace by name.
+def load_trace(
+    path_or_name: str | os.PathLike[str],
+    *,
+    use_cache: bool = True,
+    block_size: int | None = None,
+    format: str | None = None,
+    chain: bool = False,
+    options: TraceOptions | None = None,
+) -> Trace:
+    """Load a JSONL trace (plain or gzip) or a bundled trace by name.
+
+    The format is detected from the first non-blank line (``hash_ids``: Mooncake, ``token_ids``:
+    tokens, ``messages``: chat) unless ``format`` forces it; token and chat traces are hashed
+    into chained blocks of ``block_size`` tokens (required for them, ignored otherwise), and
+    ``chain=True`` re-hashes a Mooncake trace's ids along each prefix. ``options`` gives the
+    chat options (:class:`prefixsim.formats.TraceOptions`); ``format`` and ``chain`` override
+    its fields. See :mod:`prefixsim.formats`. The rest of this docstring is the Mooncake format.
 
     A name in :data:`BUNDLED_TRACES` that is not an existing file loads the bundled trace. Blank
     lines are skipped; every other line must be one JSON object with ``timestamp`` (a number),
@@ -154,7 +174,22 @@ def load_trace(path_or_name: str | os.PathLike[str], *, use_cache: bool = True) 
     else:
         path = Path(given)
         display = given
+    plain = format in (None, "mooncake") and not chain and (options is None or not options.chain)
+    if plain and (options is None or options.format in (None, "mooncake")):
+        # Large ordinary Mooncake files: streamed through a compiled parser (falls back here).
+        streamed = mooncake_stream.try_load(path, given, use_cache)
+        if streamed is not None:
+            return cast(Trace, streamed)
     raw = _read_bytes(path, display)
+    # Formats other than plain Mooncake (their own modules): a small dispatch on the options.
+    opts = options or TraceOptions()
+    if format is not None or chain:
+        opts = dataclasses.replace(opts, format=format or opts.format, chain=chain or opts.chain)
+    fmt = opts.format or formats.detect_format(raw, display)
+    if fmt != "mooncake" or opts.chain:
+        return cast(
+            Trace, formats.load_derived(given, raw, display, fmt, opts, block_size, use_cache)
+        )
     key = hashlib.sha256(raw).hexdigest() if use_cache else None
     if key is not None:
         cached = _trace_cache.load(key)
@@ -640,6 +675,18 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return f"a list of {len(value)} elements"
     return "an object"
+
+
+def check_block_size_matches(trace: Trace, block_size: int) -> None:
+    """Refuse to replay a trace hashed at one block size with another (its blocks would not be
+    ``block_size`` tokens, and every hit count would be wrong)."""
+    if trace.block_size is not None and block_size != trace.block_size:
+        raise ParameterError(
+            "block_size",
+            block_size,
+            f"trace {trace.name} was hashed into blocks of {trace.block_size} tokens; "
+            f"load it again with block_size={block_size} to replay at that size",
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 import prefixsim
 from prefixsim import ParameterError, Trace
+from prefixsim.formats import TraceOptions
 
 from . import manifest as env
 from .cluster import RESULT_FIELDS as CLUSTER_FIELDS
@@ -108,21 +109,44 @@ def validate_executor(ex: ExecutorConfig) -> None:
         raise ParameterError("executor.connect_timeout", ex.connect_timeout, "expected seconds > 0")
 
 
-def load_traces(names: Sequence[str]) -> tuple[dict[str, str], dict[str, Trace]]:
-    """Load each distinct trace once: (trace as typed -> sha256, sha256 -> Trace)."""
-    shas: dict[str, str] = {}
+def load_traces(
+    names: Sequence[str],
+    block_sizes: Sequence[int] = (512,),
+    options: TraceOptions | None = None,
+) -> tuple[dict[Any, str], dict[str, Trace]]:
+    """Load each distinct trace once, or once per block size for the formats whose blocks
+    depend on it (token and chat traces, which are hashed at each block size).
+
+    Returns (trace as typed -> sha256, or (trace, block_size) -> sha256 for the per-block-size
+    ones; sha256 -> Trace). A per-block-size trace's sha256 identifies its content, options and
+    block size, so each block size is its own entry.
+    """
+    shas: dict[Any, str] = {}
     traces: dict[str, Trace] = {}
-    for name in dict.fromkeys(names):
-        trace = prefixsim.load_trace(name)
-        shas[name] = trace.sha256
+    sizes = list(dict.fromkeys(block_sizes)) or [512]
+
+    def add(key: Any, trace: Trace) -> None:
+        shas[key] = trace.sha256
         if trace.sha256 in traces:
             log.warning(
                 "trace %s has the same content as %s: its points are run once",
-                name,
+                trace.name,
                 traces[trace.sha256].name,
             )
         else:
             traces[trace.sha256] = trace
+
+    for name in dict.fromkeys(names):
+        trace = prefixsim.load_trace(name, block_size=sizes[0], options=options)
+        if trace.block_size is None:
+            add(name, trace)
+            continue
+        add((name, sizes[0]), trace)
+        for block_size in sizes[1:]:
+            add(
+                (name, block_size),
+                prefixsim.load_trace(name, block_size=block_size, options=options),
+            )
     return shas, traces
 
 
@@ -373,7 +397,7 @@ def run_sweep(
         log.warning("%s does not apply to %s: its values are ignored", key, ", ".join(cfg.policy))
     timings["plan_seconds"] = time.perf_counter() - t_start
     t = time.perf_counter()
-    shas, traces = load_traces(cfg.trace)
+    shas, traces = load_traces(cfg.trace, cfg.block_size, cfg.trace_options())
     timings["load_traces_seconds"] = time.perf_counter() - t
 
     run_dir = RunDir(cfg.out_dir)
@@ -456,6 +480,7 @@ def _run_locked(
             "n_accesses": t.n_accesses,
             "n_blocks": t.n_blocks,
             "total_prompt_tokens": t.total_prompt_tokens,
+            "block_size": t.block_size,  # null: blocks independent of the block size
         }
         for sha, t in traces.items()
     ]

@@ -204,7 +204,8 @@ class SweepConfig:
     """A sweep: the grid, the executor and the output settings."""
 
     trace: list[str] = field(default_factory=lambda: ["conversation"])
-    """Bundled trace names (``prefixsim.BUNDLED_TRACES``) or paths to Mooncake JSONL files."""
+    """Bundled trace names (``prefixsim.BUNDLED_TRACES``) or paths to JSONL trace files
+    (Mooncake, token or chat traces; see ``trace_format``)."""
     policy: list[str] = field(default_factory=lambda: ["S3FIFO", "LRU"])
     capacity: list[int] | None = None
     """Cache capacities, in blocks; None (not given): :data:`DEFAULT_CAPACITIES`, or the
@@ -243,6 +244,18 @@ class SweepConfig:
     """session: leading blocks hashed into the session key."""
     decode_seconds_per_token: float = 0.0
     """Load model: decode time per output token added to a request's service time."""
+    trace_format: str | None = None
+    """How every trace is read: ``mooncake``, ``tokens``, ``chat``, or null to detect it from
+    the first line (``prefixsim.formats``). Token and chat traces are hashed at each
+    ``block_size`` of the grid."""
+    chain: bool = False
+    """Mooncake traces whose ``hash_ids`` identify block content only: re-hash along prefixes."""
+    chat_template: str = "chatml"
+    """Chat traces: ``chatml``, ``plain`` or a per-message template with {role} and {content}."""
+    tokenizer: str = "bytes"
+    """Chat traces: ``bytes`` (built in) or the path of a local ``tokenizer.json``."""
+    arrival_rate: float = 1.0
+    """Chat traces without timestamps: requests per second, in file order."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     tiers: TiersConfig | None = None
     """A hierarchy of caches (``tiers=hbm_dram``): when set, the grid is the hierarchy's (trace,
@@ -270,6 +283,18 @@ class SweepConfig:
             from prefixsim.hardware import load_hardware
 
             self.hardware = HardwareConfig(**load_hardware(self.hardware).to_dict())
+
+    def trace_options(self) -> Any:
+        """The trace-reading keys as the engine's ``prefixsim.formats.TraceOptions``."""
+        from prefixsim.formats import TraceOptions
+
+        return TraceOptions(
+            format=self.trace_format,
+            chain=self.chain,
+            chat_template=self.chat_template,
+            tokenizer=self.tokenizer,
+            arrival_rate=self.arrival_rate,
+        )
 
 
 def register_configs() -> None:

@@ -220,11 +220,12 @@ def unused_parameters(cfg: SweepConfig) -> list[str]:
 
 def assign_points(
     grid: Sequence[GridPoint],
-    shas: dict[str, str],
+    shas: dict[Any, str],
     registry: dict[str, int],
     cost_identity: dict[str, Any] | None = None,
 ) -> tuple[list[Point], dict[str, int]]:
-    """Give every grid point its key and id. ``shas`` maps a trace as typed to its sha256;
+    """Give every grid point its key and id. ``shas`` maps a trace as typed (or a trace and a
+    block size, for traces hashed at each block size) to its sha256;
     ``registry`` maps the keys already known in the run directory to their ids, which are kept;
     new keys get the next ids in grid order. Points of different traces with the same content
     (the same sha256) are one point (the first trace name wins).
@@ -236,7 +237,8 @@ def assign_points(
     points: list[Point] = []
     seen: set[str] = set()
     for gp in grid:
-        sha = shas[gp.trace]
+        # Traces hashed at each block size (token, chat) are keyed by (trace, block_size).
+        sha = shas.get((gp.trace, gp.block_size)) or shas[gp.trace]
         key = point_key(
             sha,
             gp.params,

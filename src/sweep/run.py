@@ -81,8 +81,13 @@ _MAX_LOCAL_TRACES = 4
 
 
 def _local_trace(trace: Trace) -> Trace:
-    """This process's copy of ``trace``: arrays owned, writable and contiguous (a memory-mapped
-    or deserialized read-only array would make numba compile a new specialization)."""
+    """This process's view of ``trace``: plain ndarrays, writable and contiguous (a read-only
+    array would make numba compile a new specialization).
+
+    Workers receive large arrays memory-mapped copy-on-write (``mmap_mode="c"`` in
+    :func:`execute`): those are used as they are, viewed as plain ndarrays, so every worker
+    shares the one copy joblib wrote (the kernels never write to a trace). Anything else that is
+    not writable and contiguous is copied."""
     cached = _LOCAL_TRACES.get(trace.sha256)
     if cached is not None:
         return cached
@@ -92,9 +97,14 @@ def _local_trace(trace: Trace) -> Trace:
         if isinstance(a := getattr(trace, f.name), np.ndarray)
     }
     ok = (a.flags.writeable and a.flags.c_contiguous and a.flags.aligned for a in arrays.values())
-    if not all(ok) or any(type(a) is not np.ndarray for a in arrays.values()):
+    if not all(ok):
         owned = {name: np.array(a, copy=True, order="C", subok=False) for name, a in arrays.items()}
         trace = dataclasses.replace(trace, **owned)  # type: ignore[arg-type]
+    elif any(type(a) is not np.ndarray for a in arrays.values()):
+        # Views are free, so they are not kept: a worker holding joblib's memory maps past its
+        # batch would keep them alive at shutdown (loky then warns of leaked files).
+        views = {name: a.view(np.ndarray) for name, a in arrays.items()}  # no copy
+        return dataclasses.replace(trace, **views)  # type: ignore[arg-type]
     if len(_LOCAL_TRACES) >= _MAX_LOCAL_TRACES:
         _LOCAL_TRACES.pop(next(iter(_LOCAL_TRACES)))
     _LOCAL_TRACES[trace.sha256] = trace
@@ -532,8 +542,13 @@ def execute(
     with ExitStack() as stack:
         if client is not None:
             stack.enter_context(client.as_current())
+        # Large trace arrays reach loky workers memory-mapped, copy-on-write ("c"): writable
+        # for numba, shared by all workers, never copied (see _local_trace).
+        mmap = {"mmap_mode": "c"} if ex.backend != Backend.dask else {}
         stack.enter_context(
-            joblib.parallel_config(backend=ex.backend.value, n_jobs=plan.workers, **backend_args)
+            joblib.parallel_config(
+                backend=ex.backend.value, n_jobs=plan.workers, **mmap, **backend_args
+            )
         )
         # On an interrupt joblib warns about the tasks it cancels; the sweep says it better.
         stack.enter_context(warnings.catch_warnings())

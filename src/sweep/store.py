@@ -405,7 +405,9 @@ class RunDir:
         traces (and block sizes) that earlier runs into this directory wrote."""
         rows = []
         for trace in traces:
-            for block_size in block_sizes:
+            # A trace hashed at one block size (token, chat) has rows at that size only.
+            sizes = block_sizes if trace.block_size is None else [trace.block_size]
+            for block_size in sizes:
                 top = prefixsim.ceiling(trace, block_size)
                 rows.append(
                     {

@@ -1,0 +1,122 @@
+"""Traces of millions of requests: generate, load, replay; the growth from 100K to 10M requests.
+
+    python experiments/bench_scale.py [--sizes 100000,1000000,10000000] [--dir DIR] [--keep]
+
+For each size, ``prefixsim.synth --like conversation`` (seed 1) writes a Mooncake JSONL file
+(block_size 512); then a fresh process loads it without the cache (the streaming parser) and
+prints the load time, the peak RSS of the load against the final arrays' bytes, and replays it
+with S3FIFO and LRU at 65,536 blocks (kernel only, second call, median of three). The bundled
+trace's replay throughput is measured in the same process, as the baseline. The files are
+deleted unless ``--keep``. Targets (issue 12): >= 1M requests parsed per 3 s; load peak
+<= 2.5x the final arrays; replay >= 50% of the bundled trace's throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r"""
+import json, resource, statistics, sys, time
+import pathlib, tempfile
+import prefixsim
+from prefixsim.formats import mooncake_stream
+path = sys.argv[1]
+with tempfile.TemporaryDirectory() as tmp:  # load the compiled parser before measuring
+    warm = pathlib.Path(tmp) / "w.jsonl"
+    warm.write_text('{"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1]}')
+    mooncake_stream.parse(warm)
+import os, threading
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+before, peak, running = rss(), [0], [True]
+def sample():  # the load's peak resident memory, sampled every 5 ms
+    while running[0]:
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.005)
+sampler = threading.Thread(target=sample)
+sampler.start()
+t = time.perf_counter()
+trace = prefixsim.load_trace(path, use_cache=False)
+load = time.perf_counter() - t
+running[0] = False
+sampler.join()
+peak_load = max(peak[0], rss())
+arrays = sum(getattr(trace, f).nbytes for f in ("timestamps", "input_lengths", "output_lengths",
+             "offsets", "block_ids", "line_numbers"))
+out = {"requests": trace.n_requests, "accesses": trace.n_accesses, "blocks": trace.n_blocks,
+       "load_s": load, "peak_load": peak_load - before, "arrays": arrays}
+bundled = prefixsim.load_trace("conversation")
+for policy in ("S3FIFO", "LRU"):
+    for name, tr, cap in (("bundled", bundled, 4096), ("trace", trace, 65536)):
+        prefixsim.replay(tr, policy, cap)
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            prefixsim.replay(tr, policy, cap)
+            times.append(time.perf_counter() - t)
+        out[f"{policy}_{name}"] = tr.n_accesses / statistics.median(times)
+out["peak_total"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps(out))
+"""
+
+
+def generate(n: int, path: Path) -> float:
+    import dataclasses
+
+    from prefixsim.convert import write_mooncake
+    from prefixsim.synth import PRESETS, plan_trace, synth_plan
+
+    t = time.perf_counter()
+    plan = synth_plan(dataclasses.replace(PRESETS["conversation"], requests=n, seed=1))
+    write_mooncake(plan_trace(plan, 512, str(path)), path)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="100000,1000000,10000000")
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    folder = Path(args.dir or tempfile.mkdtemp(prefix="bench_scale."))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(
+        f"{'requests':>10} {'accesses':>12} {'file MB':>8} {'gen s':>6} {'load s':>7} "
+        f"{'req/3s':>9} {'arrays MB':>9} {'load +MB':>9} {'x arrays':>8} "
+        f"{'S3FIFO M/s':>10} {'(bundled)':>9} {'LRU M/s':>8} {'(bundled)':>9}"
+    )
+    for n in (int(s) for s in args.sizes.split(",")):
+        path = folder / f"synth_{n}.jsonl"
+        gen = generate(n, path) if not path.exists() else float("nan")
+        env = dict(os.environ, PREFIXSIM_CACHE_DIR=str(folder / "cache"))
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, env=env
+        )
+        if proc.returncode:
+            print(f"{n:>10} failed: {proc.stderr.strip().splitlines()[-1]}")
+            continue
+        r = json.loads(proc.stdout)
+        mb = 2**20
+        print(
+            f"{r['requests']:>10,} {r['accesses']:>12,} {path.stat().st_size / mb:>8.0f} "
+            f"{gen:>6.1f} {r['load_s']:>7.2f} {3 * r['requests'] / r['load_s']:>9,.0f} "
+            f"{r['arrays'] / mb:>9.0f} {r['peak_load'] / mb:>9.0f} "
+            f"{r['peak_load'] / r['arrays']:>8.2f} "
+            f"{r['S3FIFO_trace'] / 1e6:>10.1f} {r['S3FIFO_bundled'] / 1e6:>9.1f} "
+            f"{r['LRU_trace'] / 1e6:>8.1f} {r['LRU_bundled'] / 1e6:>9.1f}"
+        )
+        if not args.keep:
+            path.unlink()
+    print("load +MB: the load's peak RSS above the process's before it (interpreter, numpy, numba)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Trace formats other than plain Mooncake, and the format detection of :func:`load_trace`.
+
+``mooncake``: precomputed chained block hashes (``hash_ids``), read by :mod:`prefixsim.trace`;
+``tokens``: prompts as token ids (:mod:`.tokens`); ``chat``: OpenAI-style ``messages``
+(:mod:`.chat`), rendered by a chat template and tokenized. Token and chat traces are hashed into
+chained blocks at a ``block_size`` (:mod:`.hashing`), so their blocks, and so the parsed trace,
+depend on it: such a :class:`~prefixsim.trace.Trace` records its ``block_size`` and its
+``sha256`` identifies (content, format, options, block size). A Mooncake trace read with
+``chain=True`` has its ids re-hashed along each request's prefix (for traces whose ids identify
+a block's content only). See ``docs/trace-formats.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import _trace_cache
+from ..errors import ParameterError, TraceError
+from . import hashing
+
+FORMATS = ("mooncake", "tokens", "chat")
+"""Trace formats :func:`~prefixsim.load_trace` reads."""
+
+DETECT_HELP = (
+    "expected a JSON object with hash_ids (mooncake: timestamp, input_length, output_length, "
+    "hash_ids), token_ids (tokens: timestamp, token_ids, optional output_length) or messages "
+    "(chat: messages of role and content, optional timestamp and output_length)"
+)
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """How a trace file is read (all but ``format`` only matter to some formats)."""
+
+    format: str | None = None
+    """``mooncake``, ``tokens``, ``chat``, or None to detect it from the first line."""
+    chain: bool = False
+    """Mooncake only: re-hash each request's ``hash_ids`` along its prefix (unchained traces)."""
+    chat_template: str = "chatml"
+    """Chat only: ``chatml``, ``plain``, or a per-message template (``{role}``, ``{content}``)."""
+    tokenizer: str = "bytes"
+    """Chat only: ``bytes`` (UTF-8 bytes are the token ids) or a path to a ``tokenizer.json``."""
+    arrival_rate: float = 1.0
+    """Chat only: requests per second for files without timestamps (arrivals in file order)."""
+
+    def __post_init__(self) -> None:
+        if self.format is not None and self.format not in FORMATS:
+            raise ParameterError(
+                "trace_format",
+                self.format,
+                f"expected null (detect) or one of {', '.join(FORMATS)}",
+            )
+        if not (isinstance(self.arrival_rate, int | float) and self.arrival_rate > 0):
+            raise ParameterError("arrival_rate", self.arrival_rate, "expected a positive number")
+
+
+def first_line(raw: bytes, display: str) -> tuple[int, bytes] | None:
+    """The 1-based number and bytes of the first non-blank line (gzip read as a stream, only as
+    far as needed), or None for a file of blank lines."""
+    if raw.startswith(b"\x1f\x8b"):
+        d = zlib.decompressobj(wbits=31)
+        buf = b""
+        pos = 0
+        step = 1 << 16
+        while True:
+            try:
+                chunk = d.decompress(raw[pos : pos + step])
+            except zlib.error as e:
+                raise TraceError(
+                    display,
+                    f"truncated or corrupt gzip data ({e}); expected a complete gzip stream",
+                ) from None
+            pos += step
+            buf += chunk
+            found = _first_nonblank(buf, complete=pos >= len(raw))
+            if found is not None or pos >= len(raw):
+                return found
+    return _first_nonblank(raw, complete=True)
+
+
+def _first_nonblank(buf: bytes, complete: bool) -> tuple[int, bytes] | None:
+    """Scans line by line from the start (never splits the whole buffer: traces are large)."""
+    start, number = 0, 1
+    while start < len(buf):
+        end = buf.find(b"\n", start)
+        if end < 0:
+            if not complete:
+                return None  # the last piece may be cut
+            end = len(buf)
+        text = buf[start:end].strip(b" \t\r")
+        if number == 1 and text.startswith(b"\xef\xbb\xbf"):
+            text = text[3:].strip(b" \t\r")
+        if text:
+            return number, text
+        start, number = end + 1, number + 1
+    return None
+
+
+def detect_format(raw: bytes, display: str) -> str:
+    """The format of a trace file from its first non-blank line."""
+    found = first_line(raw, display)
+    if found is None:
+        return "mooncake"  # the Mooncake parser reports the empty file
+    line_number, text = found
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return "mooncake"  # its exact parser names the line and the JSON error
+    if isinstance(obj, dict):
+        if "hash_ids" in obj:
+            return "mooncake"
+        if "token_ids" in obj:
+            return "tokens"
+        if "messages" in obj:
+            return "chat"
+        keys = ", ".join(sorted(obj)[:8]) or "none"
+        got = f"an object with keys {keys}"
+    else:
+        got = "not a JSON object"
+    raise TraceError(display, f"unknown trace format: {DETECT_HELP}; got {got}", line=line_number)
+
+
+def derived_sha256(
+    content_sha: str,
+    fmt: str,
+    block_size: int | None,
+    opts: TraceOptions,
+    tokenizer_sha: str | None,
+) -> str:
+    """Identity of a parsed trace whose blocks depend on options: what sweeps key points by."""
+    doc: dict[str, object] = {
+        "hash": hashing.HASH_NAME,
+        "content_sha256": content_sha,
+        "format": fmt,
+        "block_size": block_size,
+        "chain": opts.chain,
+    }
+    if fmt == "chat":
+        doc.update(
+            chat_template=opts.chat_template,
+            tokenizer=tokenizer_sha or "bytes",
+            arrival_rate=opts.arrival_rate,
+        )
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def needs_block_size(fmt: str) -> bool:
+    """Whether the blocks of a trace in ``fmt`` depend on the block size."""
+    return fmt in ("tokens", "chat")
+
+
+def load_derived(
+    given: str,
+    raw: bytes,
+    display: str,
+    fmt: str,
+    opts: TraceOptions,
+    block_size: int | None,
+    use_cache: bool,
+) -> Any:
+    """Parse (or read from the cache) a token or chat trace at ``block_size``, or a Mooncake
+    trace with ``chain``: the :class:`~prefixsim.trace.Trace`."""
+    from ..policies.base import check_int
+    from ..replay import MAX_BLOCK_SIZE
+    from ..trace import Trace, _gunzip, _parse_jsonl
+
+    if needs_block_size(fmt):
+        if block_size is None:
+            raise ParameterError(
+                "block_size",
+                None,
+                f"a {fmt} trace is hashed into blocks of block_size tokens: give block_size "
+                "(--block-size)",
+            )
+        block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    else:
+        block_size = None
+    if opts.chain and fmt != "mooncake":
+        raise ParameterError("chain", True, f"only for mooncake traces; {fmt} traces are chained")
+    tokenizer_sha = None
+    if fmt == "chat" and opts.tokenizer != "bytes":
+        from .chat import tokenizer_file_sha
+
+        tokenizer_sha = tokenizer_file_sha(opts.tokenizer)
+    raw_sha = hashlib.sha256(raw).hexdigest()
+    key = derived_sha256(raw_sha, fmt, block_size, opts, tokenizer_sha) if use_cache else None
+    if key is not None:
+        cached = _trace_cache.load(key)
+        if cached is not None:
+            return Trace(name=given, **cached, block_size=block_size)
+    data = _gunzip(raw, display) if raw.startswith(b"\x1f\x8b") else raw
+    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    sha = derived_sha256(hashlib.sha256(data).hexdigest(), fmt, block_size, opts, tokenizer_sha)
+    if fmt == "mooncake":
+        fields = _parse_jsonl(data, display)
+        h0, h1, offsets = hashing.chain_hashes(
+            fields["block_ids"].astype(np.int64), fields["offsets"], 1
+        )
+        fields["block_ids"], fields["n_blocks"] = hashing.intern_blocks(h0, h1, offsets, display)
+    else:
+        assert block_size is not None
+        from .tokens import hash_tokens, parse_tokens
+
+        if fmt == "tokens":
+            table = parse_tokens(body, display)
+        else:
+            from .chat import parse_chat
+
+            table = parse_chat(body, display, opts)
+        fields = hash_tokens(table, block_size, display)
+    trace = Trace(name=given, sha256=sha, **fields, block_size=block_size)
+    if key is not None:
+        _trace_cache.store(key, trace)
+    return trace

@@ -1,0 +1,175 @@
+"""Chat traces: JSONL of OpenAI-style chat requests, rendered, tokenized, then hashed.
+
+One request per line::
+
+    {"messages": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
+     "timestamp": <ms, optional>, "output_length": <int, optional>}
+
+Each request's prompt is its ``messages`` rendered by the chat template (below), tokenized, and
+hashed into chained blocks exactly like a token trace (:mod:`.tokens`). Either every line has a
+``timestamp`` or none does; without them, request ``i`` (from 0, in file order) arrives at
+``i * 1000 / arrival_rate`` ms. Other keys (``model``, ``max_tokens``, ...) are ignored.
+
+Templates (:data:`TEMPLATES`; ``chat_template`` may also be a per-message template of its own
+with ``{role}`` and ``{content}``, rendered with :meth:`str.format_map`, and no suffix):
+
+* ``chatml``: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, then the generation
+  prompt ``<|im_start|>assistant\\n``;
+* ``plain``: ``{role}: {content}\\n`` per message, then ``assistant: ``.
+
+Tokenizers: ``bytes`` (built in: the prompt's UTF-8 bytes are its token ids, 0..255) or the path
+of a local ``tokenizer.json`` read by the optional ``tokenizers`` package (nothing is
+downloaded), encoded without added special tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from ..errors import ParameterError, TraceError
+from . import TraceOptions
+from .tokens import TokenTable, check_fields, check_output_length, check_timestamp
+
+TEMPLATES: dict[str, tuple[str, str]] = {
+    "chatml": ("<|im_start|>{role}\n{content}<|im_end|>\n", "<|im_start|>assistant\n"),
+    "plain": ("{role}: {content}\n", "assistant: "),
+}
+"""Named chat templates: (per-message template, generation prompt appended at the end)."""
+
+CHAT_FIELDS = {
+    "messages": "a list of objects with role and content strings",
+    "timestamp": "optional, a finite number (arrival time, ms)",
+    "output_length": "optional, a non-negative integer (output tokens)",
+}
+
+
+def template_parts(chat_template: str) -> tuple[str, str]:
+    """(per-message template, suffix) of a named or custom template; a custom one is checked."""
+    if chat_template in TEMPLATES:
+        return TEMPLATES[chat_template]
+    allowed = f"one of {', '.join(TEMPLATES)} or a template with {{role}} and {{content}}"
+    if "{content}" not in chat_template:
+        raise ParameterError("chat_template", chat_template, allowed)
+    try:
+        chat_template.format_map({"role": "", "content": ""})
+    except (KeyError, ValueError, IndexError) as e:
+        raise ParameterError("chat_template", chat_template, f"{allowed} ({e})") from None
+    return chat_template, ""
+
+
+def render(messages: list[dict[str, str]], chat_template: str = "chatml") -> str:
+    """The prompt text of ``messages`` under ``chat_template``."""
+    each, suffix = template_parts(chat_template)
+    return "".join(each.format_map(m) for m in messages) + suffix
+
+
+def tokenizer_file_sha(path: str) -> str:
+    """sha256 of a ``tokenizer.json`` (part of the parsed trace's identity)."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError as e:
+        raise ParameterError(
+            "tokenizer", path, f"bytes or a readable tokenizer.json file ({e.strerror or e})"
+        ) from None
+
+
+def tokenize(texts: list[str], tokenizer: str) -> list[np.ndarray]:
+    """Token ids (int64) of each text."""
+    if tokenizer == "bytes":
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8).astype(np.int64) for t in texts]
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ParameterError(
+            "tokenizer",
+            tokenizer,
+            "bytes, or install the optional tokenizers package to read a tokenizer.json "
+            "(pip install 'prefixsim[tokenizers]')",
+        ) from None
+    try:
+        tok = Tokenizer.from_file(tokenizer)
+    except Exception as e:  # the Rust side raises plain Exception on a bad file
+        raise ParameterError("tokenizer", tokenizer, f"a valid tokenizer.json ({e})") from None
+    encodings = tok.encode_batch(texts, add_special_tokens=False)
+    return [np.array(e.ids, dtype=np.int64) for e in encodings]
+
+
+def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
+    """Parse uncompressed chat JSONL (BOM stripped) into a :class:`TokenTable`."""
+    from ..trace import _decode_line
+
+    template_parts(opts.chat_template)  # a bad template fails before the parse
+    texts: list[str] = []
+    timestamps: list[float | None] = []
+    outputs: list[int] = []
+    line_numbers: list[int] = []
+    for line_number, line in enumerate(body.split(b"\n"), start=1):
+        if not line.strip(b" \t\r"):
+            continue
+        obj = _decode_line(line, display, line_number)
+        messages = _check_messages(obj, display, line_number)
+        has_ts = "timestamp" in obj
+        if timestamps and has_ts != (timestamps[0] is not None):
+            first = line_numbers[0]
+            raise TraceError(
+                display,
+                f"{'present' if has_ts else 'missing'} here but "
+                f"{'missing' if has_ts else 'present'} on line {first}; "
+                "expected on every line or on none",
+                line=line_number,
+                field="timestamp",
+            )
+        timestamps.append(check_timestamp(obj, display, line_number) if has_ts else None)
+        outputs.append(check_output_length(obj, display, line_number))
+        texts.append(render(messages, opts.chat_template))
+        line_numbers.append(line_number)
+    if not line_numbers:
+        raise TraceError(display, "no requests; expected one JSON object per line")
+    ids = tokenize(texts, opts.tokenizer)
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum([len(i) for i in ids], out=offsets[1:])
+    if timestamps[0] is None:
+        ts = np.arange(len(texts), dtype=np.float64) * (1000.0 / opts.arrival_rate)
+    else:
+        ts = np.array(timestamps, dtype=np.float64)
+    return TokenTable(
+        timestamps=ts,
+        output_lengths=np.array(outputs, dtype=np.int64),
+        token_offsets=offsets,
+        tokens=np.concatenate(ids) if ids else np.empty(0, dtype=np.int64),
+        line_numbers=np.array(line_numbers, dtype=np.int64),
+    )
+
+
+def _check_messages(obj: Any, display: str, line: int) -> list[dict[str, str]]:
+    from ..trace import _describe
+
+    check_fields(obj, ("messages",), CHAT_FIELDS, display, line)
+    messages = obj["messages"]
+    if type(messages) is not list:
+        raise TraceError(
+            display,
+            f"expected {CHAT_FIELDS['messages']}, got {_describe(messages)}",
+            line=line,
+            field="messages",
+        )
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            got = _describe(m)
+        elif type(m.get("role")) is not str:
+            got = f"role {_describe(m.get('role'))}"
+        elif type(m.get("content")) is not str:
+            got = f"content {_describe(m.get('content'))}"
+        else:
+            continue
+        raise TraceError(
+            display,
+            f"expected {CHAT_FIELDS['messages']}, element {i} has {got}",
+            line=line,
+            field="messages",
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in messages]

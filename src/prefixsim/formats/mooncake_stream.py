@@ -1,0 +1,434 @@
+"""Streaming parse of ordinary Mooncake traces: a compiled strict-subset parser, chunk by chunk.
+
+For traces of millions of requests, :func:`try_load` reads the file in chunks (decompressing
+gzip as a stream), parses each chunk's complete lines with a numba kernel and maps the
+``hash_ids`` to dense ids as it goes, so the file's bytes are never all in memory and the peak
+is about the final arrays plus one chunk and the id table.
+
+The kernel accepts only a strict subset of the format, whose values it can read exactly: each
+non-blank line is one object whose keys are exactly ``timestamp``, ``input_length``,
+``output_length`` and ``hash_ids`` (each once, any order, JSON whitespace between tokens), with
+numbers without exponent (``timestamp`` with at most 15 digits, read exactly as Python's
+``float``; the others integers of at most 18 digits, so they fit int64), ``input_length`` and
+``output_length`` non-negative, and ``hash_ids`` non-negative ids dense enough for a direct
+table (below ``8 * accesses + 2**20``). On anything else (another key, an exponent, a string, a
+bad line...) it gives up and :func:`prefixsim.load_trace` falls back to its exact loader, which
+either reads the same trace or reports the first bad line: the result never depends on which
+path ran (tested).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+CHUNK = 1 << 23
+"""Bytes read (or decompressed) per step."""
+_MAX_ID = 2**31 - 2
+
+
+@njit(cache=True)
+def _skip_ws(buf, i, end):
+    while i < end and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
+        i += 1
+    return i
+
+
+@njit(cache=True)
+def _read_int(buf, i, end, max_digits, allow_minus):
+    """(value, next index, ok) of a JSON integer at ``buf[i]`` with no fraction or exponent."""
+    neg = False
+    if i < end and buf[i] == 45:  # '-'
+        if not allow_minus:
+            return 0, i, False
+        neg = True
+        i += 1
+    start = i
+    v = 0
+    while i < end and 48 <= buf[i] <= 57:
+        v = v * 10 + (buf[i] - 48)
+        i += 1
+    n = i - start
+    if n == 0 or n > max_digits or (n > 1 and buf[start] == 48):
+        return 0, i, False
+    if i < end and (buf[i] == 46 or buf[i] == 101 or buf[i] == 69):  # '.', 'e', 'E'
+        return 0, i, False
+    return (-v if neg else v), i, True
+
+
+_POW10 = np.array([10.0**k for k in range(23)])  # exact doubles
+
+
+@njit(cache=True)
+def _read_decimal(buf, i, end):
+    """(value, next index, ok) of a JSON number without exponent and with at most 15 digits,
+    read exactly: the digits form an integer m < 2**53 and the value is m / 10**k with k <= 22,
+    one correctly rounded IEEE division of two exact doubles (Clinger's fast path), so it equals
+    Python's ``float(text)``."""
+    neg = False
+    if i < end and buf[i] == 45:
+        neg = True
+        i += 1
+    start = i
+    m = 0
+    while i < end and 48 <= buf[i] <= 57:
+        m = m * 10 + (buf[i] - 48)
+        i += 1
+    n_int = i - start
+    if n_int == 0 or (n_int > 1 and buf[start] == 48):
+        return 0.0, i, False
+    k = 0
+    if i < end and buf[i] == 46:  # '.'
+        i += 1
+        f0 = i
+        while i < end and 48 <= buf[i] <= 57:
+            m = m * 10 + (buf[i] - 48)
+            i += 1
+        k = i - f0
+        if k == 0:
+            return 0.0, i, False
+    if n_int + k > 15 or (i < end and (buf[i] == 101 or buf[i] == 69)):
+        return 0.0, i, False
+    v = float(m) / _POW10[k]
+    return (-v if neg else v), i, True
+
+
+# Key codes: 1 timestamp, 2 input_length, 3 output_length, 4 hash_ids, 0 anything else.
+_K_TS = np.frombuffer(b"timestamp", dtype=np.uint8).copy()
+_K_IN = np.frombuffer(b"input_length", dtype=np.uint8).copy()
+_K_OUT = np.frombuffer(b"output_length", dtype=np.uint8).copy()
+_K_IDS = np.frombuffer(b"hash_ids", dtype=np.uint8).copy()
+
+
+@njit(cache=True)
+def _same(buf, i, key):
+    for k in range(len(key)):  # noqa: SIM110 - numba compiles no generator expressions
+        if buf[i + k] != key[k]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _key_code(buf, i, j):
+    n = j - i
+    if n == 9 and _same(buf, i, _K_TS):
+        return 1
+    if n == 12 and _same(buf, i, _K_IN):
+        return 2
+    if n == 13 and _same(buf, i, _K_OUT):
+        return 3
+    if n == 8 and _same(buf, i, _K_IDS):
+        return 4
+    return 0
+
+
+@njit(cache=True)
+def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
+    """Parse the complete lines of ``buf`` (it ends at a newline or the end of the file).
+    Returns (requests, ids written, newlines seen, ok)."""
+    end = len(buf)
+    i = 0
+    r = 0
+    nid = 0
+    line = line0
+    while i < end:
+        i = _skip_ws(buf, i, end)
+        if i < end and buf[i] == 10:  # blank line
+            i += 1
+            line += 1
+            continue
+        if i >= end:
+            break
+        if buf[i] != 123:  # '{'
+            return r, nid, line, False
+        i += 1
+        seen = 0
+        first_id = nid
+        while True:
+            i = _skip_ws(buf, i, end)
+            if i >= end or buf[i] != 34:  # '"'
+                return r, nid, line, False
+            j = i + 1
+            while j < end and buf[j] != 34 and buf[j] != 92 and buf[j] != 10:
+                j += 1
+            if j >= end or buf[j] != 34:
+                return r, nid, line, False
+            code = _key_code(buf, i + 1, j)
+            if code == 0 or (seen >> code) & 1:
+                return r, nid, line, False
+            seen |= 1 << code
+            i = _skip_ws(buf, j + 1, end)
+            if i >= end or buf[i] != 58:  # ':'
+                return r, nid, line, False
+            i = _skip_ws(buf, i + 1, end)
+            if code == 1:
+                x, i, ok = _read_decimal(buf, i, end)
+                if not ok:
+                    return r, nid, line, False
+                ts[r] = x
+            elif code == 2 or code == 3:
+                v, i, ok = _read_int(buf, i, end, 18, False)
+                if not ok:
+                    return r, nid, line, False
+                if code == 2:
+                    ins[r] = v
+                else:
+                    outs[r] = v
+            else:
+                if i >= end or buf[i] != 91:  # '['
+                    return r, nid, line, False
+                i = _skip_ws(buf, i + 1, end)
+                if i < end and buf[i] == 93:  # ']'
+                    i += 1
+                else:
+                    while True:
+                        v, i, ok = _read_int(buf, i, end, 18, False)
+                        if not ok:
+                            return r, nid, line, False
+                        ids[nid] = v
+                        nid += 1
+                        i = _skip_ws(buf, i, end)
+                        if i < end and buf[i] == 44:  # ','
+                            i = _skip_ws(buf, i + 1, end)
+                            continue
+                        if i < end and buf[i] == 93:
+                            i += 1
+                            break
+                        return r, nid, line, False
+            i = _skip_ws(buf, i, end)
+            if i < end and buf[i] == 44:
+                i += 1
+                continue
+            if i < end and buf[i] == 125:  # '}'
+                i += 1
+                break
+            return r, nid, line, False
+        if seen != 0b11110:
+            return r, nid, line, False
+        i = _skip_ws(buf, i, end)
+        if i < end and buf[i] != 10:
+            return r, nid, line, False
+        counts[r] = nid - first_id
+        lines[r] = line
+        r += 1
+        i += 1
+        line += 1
+    return r, nid, line, True
+
+
+@njit(cache=True)
+def _intern(ids, table, next_id, out):
+    """Dense ids by first appearance through a direct table holding ``dense id + 1`` (0 when
+    unseen: a zero-filled table costs no memory until its pages are written)."""
+    for k in range(len(ids)):
+        h = ids[k]
+        d = table[h] - 1
+        if d < 0:
+            d = next_id
+            table[h] = d + 1
+            next_id += 1
+        out[k] = d
+    return next_id
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    """The file's uncompressed bytes in pieces (gzip decompressed as a stream)."""
+    with path.open("rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        if head != b"\x1f\x8b":
+            while piece := f.read(CHUNK):
+                yield piece
+            return
+        d = zlib.decompressobj(wbits=31)
+        while True:
+            if d.eof:  # a second gzip member (concatenated files): the exact loader handles it
+                if d.unused_data or f.read(1):
+                    raise _GiveUp
+                return
+            raw = d.unconsumed_tail or f.read(CHUNK // 4)
+            if not raw:
+                raise _GiveUp  # truncated: the exact loader reports it
+            piece = d.decompress(raw, CHUNK)
+            if piece:
+                yield piece
+
+
+class _GiveUp(Exception):
+    """Something the strict kernel does not read; the caller falls back to the exact loader."""
+
+
+def parse(path: Path, raw_sha256: str | None = None) -> tuple[dict[str, Any], str] | None:
+    """``(Trace fields but name and sha256, sha256 of the uncompressed content)`` or None.
+    ``raw_sha256``, the file's sha256 if known, saves hashing a plain file twice."""
+    try:
+        return _parse(path, raw_sha256)
+    except (_GiveUp, OSError, zlib.error, EOFError):
+        return None
+
+
+class _Column:
+    """An output column written in place: one large ``np.empty`` allocation (its pages become
+    resident only as they are written), grown by doubling when a gzip file outgrows the guess.
+    The result is a view of the written part, so nothing is concatenated or copied at the end
+    and no freed pieces linger in the allocator."""
+
+    def __init__(self, dtype: type[np.generic], capacity: int) -> None:
+        self.data = np.empty(max(capacity, 1024), dtype=dtype)
+        self.n = 0
+
+    def room(self, k: int) -> np.ndarray:
+        """A writable slice for the next ``k`` values (call :meth:`done` after filling it)."""
+        if self.n + k > len(self.data):
+            grown = np.empty(max(2 * len(self.data), self.n + k), dtype=self.data.dtype)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        return self.data[self.n : self.n + k]
+
+    def done(self, k: int) -> None:
+        self.n += k
+
+    def result(self) -> np.ndarray:
+        return self.data[: self.n]
+
+
+_MIN_LINE = len('{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}')
+
+
+def _parse(path: Path, raw_sha256: str | None) -> tuple[dict[str, Any], str] | None:
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    known = None if gzipped else raw_sha256  # a plain file's content is its raw bytes
+    # Plain files: exact upper bounds (a request line has >= _MIN_LINE bytes, an id >= 2);
+    # gzip: a guess of 8x compression, grown if needed.
+    text = size if not gzipped else 8 * size
+    per_request = text // _MIN_LINE + 1
+    columns = {
+        "timestamps": _Column(np.float64, per_request),
+        "input_lengths": _Column(np.int64, per_request),
+        "output_lengths": _Column(np.int64, per_request),
+        "counts": _Column(np.int64, per_request),
+        "line_numbers": _Column(np.int64, per_request),
+    }
+    block_ids = _Column(np.int32, text // 2 + 1)
+    sha = hashlib.sha256()
+    table = np.zeros(1 << 20, dtype=np.int32)
+    next_id = 0
+    n_access = 0
+    line = 1
+    carry = b""
+    first = True
+    pieces = _chunks(path)
+    done = False
+    while not done:
+        piece = next(pieces, None)
+        if piece is None:
+            done = True
+            data, carry = carry, b""
+        else:
+            if known is None:
+                sha.update(piece)
+            if first and piece.startswith(b"\xef\xbb\xbf"):
+                piece = piece[3:]
+            first = False
+            data = carry + piece
+            cut = data.rfind(b"\n") + 1
+            data, carry = data[:cut], data[cut:]
+        if not data:
+            continue
+        buf = np.frombuffer(data, dtype=np.uint8)
+        max_lines = len(data) // 2 + 1  # blank lines count too; untouched pages cost nothing
+        ts, ins, outs, counts, lines = (c.room(max_lines) for c in columns.values())
+        ids = np.empty(len(data) // 2 + 1, np.int64)
+        r, nid, line, ok = _parse_chunk(buf, line, ts, ins, outs, counts, lines, ids)
+        if not ok:
+            return None
+        for c in columns.values():
+            c.done(r)
+        ids = ids[:nid]
+        if nid:
+            hi = int(ids.max())
+            n_access += nid
+            if hi > min(_MAX_ID, 8 * n_access + (1 << 20)):
+                return None  # sparse or huge ids: the exact loader sorts them
+            if hi >= len(table):
+                grown = np.zeros(max(2 * len(table), hi + 1), dtype=np.int32)  # lazily zero
+                grown[: len(table)] = table
+                table = grown
+        next_id = _intern(ids, table, next_id, block_ids.room(nid))
+        block_ids.done(nid)
+        del ids, buf, data, ts, ins, outs, counts, lines
+    if columns["timestamps"].n == 0:
+        return None  # the exact loader names the problem (empty file, blank lines only)
+    del table
+    counts = columns.pop("counts").result()
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    del counts
+    fields: dict[str, Any] = {name: c.result() for name, c in columns.items()}
+    fields.update(offsets=offsets, block_ids=block_ids.result(), n_blocks=int(next_id))
+    return fields, known or sha.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of the file's raw bytes, read in chunks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while piece := f.read(CHUNK):
+            h.update(piece)
+    return h.hexdigest()
+
+
+def try_load(path: Path, given: str, use_cache: bool) -> Any:
+    """The :class:`~prefixsim.trace.Trace` of a large ordinary Mooncake file, or None when the
+    ordinary loader must run (small or unusual file, another format, anything to report)."""
+    from .. import _trace_cache
+    from ..errors import TraceError
+    from ..trace import Trace
+    from . import detect_format
+
+    if not is_candidate(path):
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 20)
+        if detect_format(head, given) != "mooncake":
+            return None
+        key = file_sha256(path) if use_cache else None
+    except (OSError, TraceError):
+        return None
+    if key is not None:
+        cached = _trace_cache.load(key)
+        if cached is not None:
+            return Trace(name=given, **cached)
+    parsed = parse(path, key)
+    if parsed is None:
+        return None
+    fields, sha = parsed
+    trace = Trace(name=given, sha256=sha, **fields)
+    if key is not None:
+        _trace_cache.store(key, trace)
+    return trace
+
+
+STREAM_MIN_BYTES = 64 << 20
+"""Files smaller than this take the ordinary loader (already fast there)."""
+
+
+def is_candidate(path: Path) -> bool:
+    """A regular file large enough to be worth streaming."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    import stat
+
+    return stat.S_ISREG(st.st_mode) and st.st_size >= STREAM_MIN_BYTES

@@ -1,0 +1,407 @@
+"""A controllable synthetic workload: multi-turn chat sessions, shared system prompts, agent loops.
+
+``python -m prefixsim.synth OUT --requests N --seed S [--like conversation] [--PARAM VALUE ...]``
+writes a Mooncake trace (or a token trace with ``--format tokens``); :func:`synth_plan`,
+:func:`plan_trace` and :func:`plan_tokens` do the same from Python. The model (every parameter
+is a field of :class:`SynthConfig`, documented there and in ``docs/synth.md``):
+
+* **Sessions** start as a Poisson process. A session draws a system prompt from a pool of
+  ``system_prompts`` prompts with Zipf(``system_zipf``) popularity. A chat session has a
+  geometric number of turns (mean ``turns_mean``); an agent session (probability
+  ``agent_fraction``) has a geometric number of steps (mean ``agent_turns_mean``).
+* **Prompts extend each other.** Turn 1's prompt is the system prompt and a first message;
+  turn ``t``'s prompt is turn ``t - 1``'s prompt, its answer (``output_length`` tokens) and a new
+  message. Agent sessions start with a long context and add a small step each time.
+* **Lengths** are lognormal (median and sigma of the underlying normal), rounded, at least 1.
+* **Arrivals**: the next turn follows the previous one after an exponential think time; the
+  trace is the first ``requests`` requests in arrival order (so a session is never cut in its
+  middle turn order), with sessions starting at ``rate / (mean requests per session)`` per second
+  so that requests arrive at about ``rate`` per second.
+* A turn whose prompt would exceed ``max_prompt_tokens`` ends its session.
+
+Token ids: system prompt ``k`` is ``k * SPAN + (0, 1, ...)``, and each session's own tokens
+(messages and answers, in order) are one consecutive run of fresh ids, so two prompts share
+exactly the prefix their session structure says. The trace's chained blocks at a block size
+then follow from the structure alone (:func:`plan_trace`, a numba kernel, no token arrays): a
+block lies wholly in the system prompt (shared by every session using it) or belongs to its
+session. :func:`plan_tokens` writes the token ids themselves; hashing them
+(:func:`prefixsim.load_trace` on a token trace) gives the same block ids (tested).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .errors import ParameterError, PrefixSimError
+from .formats.tokens import TokenTable
+from .trace import Trace
+
+SPAN = 1 << 32
+"""Token-id span of each system prompt; session tokens start after the pool's spans."""
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """The generator's parameters (token counts are tokens, times are seconds)."""
+
+    requests: int = 10_000
+    """Requests in the trace."""
+    seed: int = 0
+    """Seed of numpy's PCG64 generator: the same config and seed give the same trace."""
+    rate: float = 3.4
+    """Mean request arrival rate, requests per second."""
+    system_prompts: int = 1
+    """Size of the pool of shared system prompts."""
+    system_zipf: float = 1.0
+    """Zipf exponent of the system prompts' popularity (rank k drawn with weight 1 / k**a)."""
+    system_tokens_median: float = 700.0
+    """Median system prompt length (lognormal, drawn once per pool prompt)."""
+    system_tokens_sigma: float = 0.0
+    """Sigma of the system prompt length."""
+    turns_mean: float = 1.57
+    """Mean turns of a chat session (geometric, at least 1)."""
+    first_tokens_median: float = 5000.0
+    """Median length of a chat session's first message."""
+    first_tokens_sigma: float = 1.25
+    followup_tokens_median: float = 750.0
+    """Median length of a later message (added with the previous answer)."""
+    followup_tokens_sigma: float = 1.5
+    answer_tokens_median: float = 350.0
+    """Median answer length (``output_length``)."""
+    answer_tokens_sigma: float = 0.3
+    think_time: float = 60.0
+    """Mean time between a chat session's turns (exponential)."""
+    agent_fraction: float = 0.0
+    """Probability that a session is an agent loop."""
+    agent_turns_mean: float = 10.0
+    """Mean steps of an agent loop (geometric, at least 1)."""
+    agent_context_tokens_median: float = 20_000.0
+    """Median length of the long context an agent loop starts with."""
+    agent_context_tokens_sigma: float = 0.5
+    agent_step_tokens_median: float = 200.0
+    """Median length added by each agent step (with the previous answer)."""
+    agent_step_tokens_sigma: float = 0.8
+    agent_delay: float = 5.0
+    """Mean time between an agent loop's steps (exponential)."""
+    max_prompt_tokens: int = 131_072
+    """A turn whose prompt would be longer ends its session."""
+
+    def check(self) -> None:
+        def bad(name: str, allowed: str) -> ParameterError:
+            return ParameterError(name, getattr(self, name), allowed)
+
+        if self.requests < 1:
+            raise bad("requests", "expected a positive integer")
+        if self.system_prompts < 1:
+            raise bad("system_prompts", "expected a positive integer")
+        if not 0.0 <= self.agent_fraction <= 1.0:
+            raise bad("agent_fraction", "expected a probability in [0, 1]")
+        for name in ("turns_mean", "agent_turns_mean"):
+            if not getattr(self, name) >= 1.0:
+                raise bad(name, "expected a number >= 1")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            positive = f.name.endswith("_median") or f.name in ("rate", "think_time", "agent_delay")
+            if positive and not value > 0:
+                raise bad(f.name, "expected a positive number")
+            if f.name.endswith("_sigma") and not value >= 0:
+                raise bad(f.name, "expected a non-negative number")
+        if self.max_prompt_tokens < 1:
+            raise bad("max_prompt_tokens", "expected a positive integer")
+
+
+PRESETS: dict[str, SynthConfig] = {
+    # The defaults were calibrated against the bundled Mooncake conversation trace at block_size
+    # 512 (experiments/synth_match.py prints the match; the README quotes it).
+    "conversation": SynthConfig(requests=12_031),
+}
+
+
+@dataclass(frozen=True)
+class SynthPlan:
+    """The generated requests, in arrival order (one entry per request unless noted)."""
+
+    timestamps: np.ndarray  # float64, ms
+    prompt_tokens: np.ndarray  # int64
+    output_lengths: np.ndarray  # int64
+    session: np.ndarray  # int64, 0.. in order of first request
+    system: np.ndarray  # int64, the system prompt's index in the pool
+    system_tokens: np.ndarray  # int64, per pool prompt
+    n_sessions: int
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.timestamps)
+
+
+def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int) -> np.ndarray:
+    return np.maximum(1, np.rint(median * np.exp(sigma * rng.standard_normal(n)))).astype(np.int64)
+
+
+def synth_plan(cfg: SynthConfig) -> SynthPlan:
+    """Draw the sessions and keep the first ``cfg.requests`` requests in arrival order."""
+    cfg.check()
+    rng = np.random.default_rng(cfg.seed)
+    weights = 1.0 / np.arange(1, cfg.system_prompts + 1, dtype=np.float64) ** cfg.system_zipf
+    system_tokens = _lognormal(
+        rng, cfg.system_tokens_median, cfg.system_tokens_sigma, cfg.system_prompts
+    )
+    mean_turns = (
+        1 - cfg.agent_fraction
+    ) * cfg.turns_mean + cfg.agent_fraction * cfg.agent_turns_mean
+    # Enough sessions for the requests (more are drawn only if the cap ended many sessions).
+    n_sessions = int(cfg.requests / mean_turns * 1.2) + 16
+    while True:
+        plan = _draw(rng, cfg, n_sessions, weights, system_tokens, mean_turns)
+        if plan is not None:
+            return plan
+        n_sessions *= 2
+
+
+def _draw(
+    rng: np.random.Generator,
+    cfg: SynthConfig,
+    n_sessions: int,
+    weights: np.ndarray,
+    system_tokens: np.ndarray,
+    mean_turns: float,
+) -> SynthPlan | None:
+    agent = rng.random(n_sessions) < cfg.agent_fraction
+    turns = np.where(
+        agent,
+        rng.geometric(1.0 / cfg.agent_turns_mean, n_sessions),
+        rng.geometric(1.0 / cfg.turns_mean, n_sessions),
+    ).astype(np.int64)
+    system = rng.choice(len(weights), size=n_sessions, p=weights / weights.sum())
+    starts = np.cumsum(rng.exponential(mean_turns / cfg.rate, n_sessions))
+    n = int(turns.sum())
+    sess = np.repeat(np.arange(n_sessions), turns)
+    first = np.zeros(n, dtype=bool)
+    first[np.cumsum(turns) - turns] = True
+    is_agent = agent[sess]
+    chat_first = _lognormal(rng, cfg.first_tokens_median, cfg.first_tokens_sigma, n)
+    chat_next = _lognormal(rng, cfg.followup_tokens_median, cfg.followup_tokens_sigma, n)
+    agent_first = _lognormal(
+        rng, cfg.agent_context_tokens_median, cfg.agent_context_tokens_sigma, n
+    )
+    agent_next = _lognormal(rng, cfg.agent_step_tokens_median, cfg.agent_step_tokens_sigma, n)
+    answers = _lognormal(rng, cfg.answer_tokens_median, cfg.answer_tokens_sigma, n)
+    message = np.where(
+        first,
+        np.where(is_agent, agent_first, chat_first),
+        np.where(is_agent, agent_next, chat_next),
+    )
+    # Turn t adds the previous answer and its message; turn 1 adds the system prompt.
+    prev_answer = np.concatenate(([0], answers[:-1]))
+    added = np.where(first, system_tokens[system[sess]], prev_answer) + message
+    prompt = _segmented_cumsum(added, first)
+    gap = np.where(
+        is_agent, rng.exponential(cfg.agent_delay, n), rng.exponential(cfg.think_time, n)
+    )
+    times = starts[sess] + _segmented_cumsum(np.where(first, 0.0, gap), first)
+    keep = prompt <= cfg.max_prompt_tokens
+    # A turn past the cap ends the session: drop it and every later turn of the session.
+    keep = _segmented_cumsum((~keep).astype(np.int64), first) == 0
+    if int(keep.sum()) < cfg.requests:
+        return None
+    idx = np.flatnonzero(keep)
+    order = idx[np.argsort(times[idx], kind="stable")][: cfg.requests]
+    if times[idx].max() <= times[order[-1]]:  # pragma: no cover - the margin always suffices
+        return None
+    # Sessions renumbered 0.. in order of first request.
+    _, first_pos, inverse = np.unique(sess[order], return_index=True, return_inverse=True)
+    rank = np.empty(len(first_pos), dtype=np.int64)
+    rank[np.argsort(first_pos, kind="stable")] = np.arange(len(first_pos))
+    return SynthPlan(
+        timestamps=np.round(times[order] * 1000.0, 3),
+        prompt_tokens=prompt[order],
+        output_lengths=answers[order],
+        session=rank[inverse],
+        system=system[sess[order]].astype(np.int64),
+        system_tokens=system_tokens,
+        n_sessions=len(first_pos),
+    )
+
+
+def _segmented_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Cumulative sums restarting wherever ``starts`` is true (``starts[0]`` must be true)."""
+    total = np.cumsum(values)
+    base = np.where(starts, total - values, 0)
+    return total - np.maximum.accumulate(base)
+
+
+# -- blocks from the structure -------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _block_ids_kernel(prompt, system, system_tokens, session, n_sessions, block_size, offsets):
+    n_sys = len(system_tokens)
+    # Slots: each system prompt's full blocks, then each session's blocks past them.
+    count = np.zeros(n_sys + n_sessions, dtype=np.int64)
+    for k in range(n_sys):
+        count[k] = system_tokens[k] // block_size
+    for i in range(len(prompt)):
+        own = prompt[i] // block_size - system_tokens[system[i]] // block_size
+        if own > count[n_sys + session[i]]:
+            count[n_sys + session[i]] = own
+    start = np.zeros(len(count) + 1, dtype=np.int64)
+    for o in range(len(count)):
+        start[o + 1] = start[o] + count[o]
+    slots = np.full(start[-1], -1, dtype=np.int32)
+    out = np.empty(offsets[-1], dtype=np.int32)
+    nxt = 0
+    pos = 0
+    for i in range(len(prompt)):
+        shared = system_tokens[system[i]] // block_size
+        for j in range(prompt[i] // block_size):
+            # Wholly inside the system prompt: shared by its sessions; else the session's own.
+            s = start[system[i]] + j if j < shared else start[n_sys + session[i]] + j - shared
+            if slots[s] < 0:
+                slots[s] = nxt
+                nxt += 1
+            out[pos] = slots[s]
+            pos += 1
+    return out, nxt
+
+
+def plan_trace(plan: SynthPlan, block_size: int, name: str = "synth") -> Trace:
+    """The plan as a :class:`Trace` at ``block_size``: the blocks its token ids hash to, from the
+    structure alone. A block is shared exactly when it lies wholly in the same system prompt or
+    in the same session's prefix."""
+    import hashlib
+
+    offsets = np.zeros(plan.n_requests + 1, dtype=np.int64)
+    np.cumsum(plan.prompt_tokens // block_size, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise ParameterError("requests", plan.n_requests, "at most 2**31 - 1 block accesses")
+    block_ids, n_blocks = _block_ids_kernel(
+        plan.prompt_tokens,
+        plan.system,
+        plan.system_tokens,
+        plan.session,
+        plan.n_sessions,
+        block_size,
+        offsets,
+    )
+    digest = hashlib.sha256()
+    for a in (plan.timestamps, plan.prompt_tokens, plan.output_lengths, plan.session, plan.system):
+        digest.update(np.ascontiguousarray(a).tobytes())
+    digest.update(f"block_size={block_size}".encode())
+    return Trace(
+        name=name,
+        sha256=digest.hexdigest(),
+        timestamps=plan.timestamps,
+        input_lengths=plan.prompt_tokens,
+        output_lengths=plan.output_lengths,
+        offsets=offsets,
+        block_ids=block_ids,
+        n_blocks=int(n_blocks),
+        line_numbers=np.arange(1, plan.n_requests + 1, dtype=np.int64),
+        block_size=block_size,
+    )
+
+
+def plan_tokens(plan: SynthPlan) -> TokenTable:
+    """The token ids of every prompt (for token-trace output and the equivalence test; memory is
+    the sum of the prompt lengths)."""
+    sys_len = plan.system_tokens[plan.system]
+    own = plan.prompt_tokens - sys_len
+    longest = np.zeros(plan.n_sessions, dtype=np.int64)
+    np.maximum.at(longest, plan.session, own)
+    base = len(plan.system_tokens) * SPAN + np.concatenate(([0], np.cumsum(longest)[:-1]))
+    offsets = np.zeros(plan.n_requests + 1, dtype=np.int64)
+    np.cumsum(plan.prompt_tokens, out=offsets[1:])
+    tokens = np.empty(int(offsets[-1]), dtype=np.int64)
+    for i in range(plan.n_requests):
+        k, s = int(plan.system[i]), int(sys_len[i])
+        a = int(offsets[i])
+        tokens[a : a + s] = np.arange(k * SPAN, k * SPAN + s)
+        b = int(base[plan.session[i]])
+        tokens[a + s : int(offsets[i + 1])] = np.arange(b, b + int(own[i]))
+    return TokenTable(
+        timestamps=plan.timestamps,
+        output_lengths=plan.output_lengths,
+        token_offsets=offsets,
+        tokens=tokens,
+        line_numbers=np.arange(1, plan.n_requests + 1, dtype=np.int64),
+    )
+
+
+def write_tokens(plan: SynthPlan, out: str) -> None:
+    """Write the plan as a token trace (JSONL, gzip if ``out`` ends in ``.gz``)."""
+    import gzip
+
+    table = plan_tokens(plan)
+    opener: Any = gzip.open if out.endswith(".gz") else open
+    with opener(out, "wt") as f:
+        for i in range(plan.n_requests):
+            ids = table.tokens[table.token_offsets[i] : table.token_offsets[i + 1]].tolist()
+            row = {
+                "timestamp": float(plan.timestamps[i]),
+                "token_ids": ids,
+                "output_length": int(plan.output_lengths[i]),
+                "session_id": int(plan.session[i]),
+            }
+            f.write(json.dumps(row) + "\n")
+
+
+# -- command line --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m prefixsim.synth",
+        description="Generate a synthetic multi-turn / agent workload as a trace file.",
+        epilog="example: python -m prefixsim.synth conv.jsonl.gz --like conversation --seed 1",
+    )
+    p.add_argument("output", metavar="OUT", help="trace file to write (.jsonl or .jsonl.gz)")
+    p.add_argument("--like", choices=sorted(PRESETS), help="start from a preset")
+    p.add_argument("--format", choices=("mooncake", "tokens"), default="mooncake")
+    p.add_argument("--block-size", type=int, default=512, help="mooncake output (default 512)")
+    for f in dataclasses.fields(SynthConfig):
+        flag = "--" + f.name.replace("_", "-")
+        p.add_argument(flag, type=type(f.default), default=None, help=f"(default {f.default})")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SynthConfig:
+    base = PRESETS[args.like] if args.like else SynthConfig()
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(SynthConfig)
+        if getattr(args, f.name) is not None
+    }
+    return dataclasses.replace(base, **given)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        plan = synth_plan(cfg)
+        if args.format == "tokens":
+            write_tokens(plan, args.output)
+        else:
+            from .convert import write_mooncake
+
+            write_mooncake(plan_trace(plan, args.block_size, args.output), args.output)
+    except (PrefixSimError, OSError) as err:
+        print(f"prefixsim.synth: error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.output}: {plan.n_requests} requests in {plan.n_sessions} sessions",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
