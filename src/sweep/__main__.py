@@ -20,8 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-"""``conf/`` of the source checkout (the project is installed editable: ``pip install -e .``)."""
+CONFIG_PATH = "pkg://sweep.conf"
+"""Hydra's configuration: the package ``sweep.conf``. In a source checkout ``src/sweep/conf`` is a
+symbolic link to the top-level ``conf/`` (so files added there, such as a new
+``conf/experiment/NAME.yaml``, are found at once with ``PYTHONPATH=src`` or ``pip install -e .``);
+a wheel carries a copy of ``conf/`` as package data (``pyproject.toml``)."""
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+"""The directory of :data:`CONFIG_PATH` (for Hydra's compose API in tests and notebooks)."""
 
 
 def _error(message: str) -> None:
@@ -54,13 +60,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for note in rewrite.notes:
         print(f"sweep: {note}", file=sys.stderr)
-    if not CONF_DIR.is_dir():
-        _error(
-            f"configuration directory {CONF_DIR} not found: install the project from its "
-            "source checkout (pip install -e .)"
-        )
-        return 2
-
     import hydra
     from omegaconf import DictConfig
 
@@ -70,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     status = {"code": 0}
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
     def task(cfg: DictConfig) -> None:
         status["code"] = _run(cfg, args, started)
 
