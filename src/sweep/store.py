@@ -462,7 +462,10 @@ class RunDir:
             merged = pa.concat_tables([old.filter(keep), new_results])
         else:
             merged = new_results
-        merged = merged.sort_by("point_id").replace_schema_metadata(_results_metadata())
+        # one contiguous chunk: the bytes depend on the rows only (see _row_groups)
+        merged = (
+            merged.sort_by("point_id").combine_chunks().replace_schema_metadata(_results_metadata())
+        )
 
         replaced_ids = new_results.column("point_id").to_numpy()
         with_hits = [_rows_with_hits(t) for t in chosen]
@@ -512,16 +515,9 @@ class RunDir:
                     "point_id"
                 ],  # for filters on point_id; the rest is not filtered on
             ) as w:
-                buffer: list[pa.Table] = []
-                n_buffered = 0
-                for chunk in _merge_sorted(old, segments, prompt_tokens):
-                    buffer.append(chunk)
-                    n_buffered += chunk.num_rows
-                    if n_buffered >= PER_REQUEST_ROW_GROUP:
-                        w.write_table(pa.concat_tables(buffer), row_group_size=n_buffered)
-                        buffer, n_buffered = [], 0
-                if buffer:
-                    w.write_table(pa.concat_tables(buffer), row_group_size=n_buffered)
+                chunks = _merge_sorted(old, segments, prompt_tokens)
+                for group in _row_groups(chunks, PER_REQUEST_ROW_GROUP):
+                    w.write_table(group, row_group_size=group.num_rows)
 
         _atomic_parquet(self.per_request, write)
 
@@ -598,22 +594,22 @@ class _Segment:
 
 
 def _segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
-    """The new points' rows cut into :class:`_Segment` s, sorted by first point id."""
-    out: list[_Segment] = []
-    for table in tables:
-        table = table.select(["point_id", "trace_sha256", "hit_tokens"])
-        ids = table.column("point_id").to_numpy()
-        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
-            table = table.sort_by("point_id")
-            ids = table.column("point_id").to_numpy()
-        shas = table.column("trace_sha256").to_numpy(zero_copy_only=False)
-        slot = np.searchsorted(old_ids, ids)  # which gap between old ids each point falls in
-        cut = np.flatnonzero((slot[1:] != slot[:-1]) | (shas[1:] != shas[:-1])) + 1
-        bounds = [0, *cut.tolist(), len(ids)]
-        for a, b in itertools.pairwise(bounds):
-            out.append(_Segment(int(ids[a]), table.slice(a, b - a)))
-    out.sort(key=lambda seg: seg.first_id)
-    return out
+    """The new points' rows cut into :class:`_Segment` s, sorted by first point id.
+
+    The parts' rows are pooled and sorted first: a part's ids need not be consecutive (an LRU
+    curve batch holds every LRU point of a trace), so cutting each part on its own could give
+    overlapping segments and rows out of point_id order."""
+    if not tables:
+        return []
+    table = pa.concat_tables(
+        [t.select(["point_id", "trace_sha256", "hit_tokens"]) for t in tables]
+    ).sort_by("point_id")
+    ids = table.column("point_id").to_numpy()
+    shas = table.column("trace_sha256").to_numpy(zero_copy_only=False)
+    slot = np.searchsorted(old_ids, ids)  # which gap between old ids each point falls in
+    cut = np.flatnonzero((slot[1:] != slot[:-1]) | (shas[1:] != shas[:-1])) + 1
+    bounds = [0, *cut.tolist(), len(ids)]
+    return [_Segment(int(ids[a]), table.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
 
 
 class _OldPerRequest:
@@ -650,6 +646,24 @@ class _OldPerRequest:
                     ids = ids[keep]
             if table.num_rows:
                 yield ids, table
+
+
+def _row_groups(chunks: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
+    """``chunks`` re-cut into tables of exactly ``size`` rows (the last one shorter), each in one
+    contiguous chunk. The file's bytes then depend on its rows only, not on how they arrived
+    (old row groups, new parts, an interrupted run resumed): the same rows, the same file."""
+    buffer: list[pa.Table] = []
+    n_buffered = 0
+    for chunk in chunks:
+        buffer.append(chunk)
+        n_buffered += chunk.num_rows
+        while n_buffered >= size:
+            table = pa.concat_tables(buffer)
+            yield table.slice(0, size).combine_chunks()
+            rest = table.slice(size)
+            buffer, n_buffered = ([rest] if rest.num_rows else []), rest.num_rows
+    if n_buffered:
+        yield pa.concat_tables(buffer).combine_chunks()
 
 
 def _merge_sorted(
