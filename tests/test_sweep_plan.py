@@ -7,27 +7,31 @@ import logging
 import pytest
 
 import prefixsim
-from sweep import ExecutorConfig, SweepConfig
+from sweep import Backend, ExecutorConfig, SweepConfig
 from sweep.grid import assign_points, plan_grid
 from sweep.run import (
     WORKER_START_SECONDS,
     nominal_cost,
     plan_batches,
     runs_in_process,
+    start_seconds,
     warm_up,
 )
 
 
 def test_in_process_unless_workers_finish_sooner() -> None:
-    # Two workers that take WORKER_START_SECONDS (s) to start finish t seconds of replays at
-    # s + t / 2, sooner than this process alone only when t > 2 s.
+    # Two workers that take s seconds to start finish t seconds of replays at s + t / 2,
+    # sooner than this process alone only when t > 2 s.
     s = WORKER_START_SECONDS
-    assert runs_in_process(1.99 * s, 2)
-    assert not runs_in_process(2.01 * s, 2)
+    assert start_seconds(Backend.loky) == s
+    assert runs_in_process(1.99 * s, 2, s)
+    assert not runs_in_process(2.01 * s, 2, s)
     # with 4 workers: s + t / 4 < t when t > 4 s / 3
-    assert runs_in_process(1.33 * s, 4)
-    assert not runs_in_process(1.34 * s, 4)
-    assert runs_in_process(1e6, 1)
+    assert runs_in_process(1.33 * s, 4, s)
+    assert not runs_in_process(1.34 * s, 4, s)
+    assert runs_in_process(1e6, 1, s)
+    # threads start at once: worth it from a few hundredths of a second of replays
+    assert not runs_in_process(0.1, 2, start_seconds(Backend.threading))
 
 
 def _plan(cfg: SweepConfig, workers: int):  # type: ignore[no-untyped-def]
@@ -45,7 +49,7 @@ def test_same_grid_same_plan_with_its_estimate_logged(
         policy=["S3FIFO", "LRU"],
         capacity=list(range(1024, 1024 * (n_capacities + 1), 1024)),
         small_ratio=[0.05, 0.1, 0.15, 0.2, 0.25],
-        executor=ExecutorConfig(n_jobs=2),
+        executor=ExecutorConfig(backend=Backend.loky, n_jobs=2),
     )
     with caplog.at_level(logging.DEBUG, logger="sweep"):
         first, second = _plan(cfg, 2), _plan(cfg, 2)
@@ -55,7 +59,7 @@ def test_same_grid_same_plan_with_its_estimate_logged(
     n_accesses = prefixsim.load_trace("conversation").n_accesses
     s3fifo = 5 * n_capacities * n_accesses * nominal_cost("S3FIFO")
     assert first.estimated_seconds >= s3fifo
-    assert first.in_process == runs_in_process(first.estimated_seconds, 2)
+    assert first.in_process == runs_in_process(first.estimated_seconds, 2, WORKER_START_SECONDS)
     assert first.in_process == (n_capacities < 100)  # 1,000 S3FIFO points: about 2.9 s
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plan:")]
     assert len(logged) == 2 and logged[0] == logged[1]

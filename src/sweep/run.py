@@ -47,11 +47,13 @@ the same machine always gets the same plan (a timed warm-up varied by 2x on a bu
 flipped plans). Measured on one core: LRU 3.5-4 ns, S3FIFO 7-9 ns."""
 DEFAULT_SECONDS_PER_ACCESS = 1e-8
 WORKER_START_SECONDS = 1.0
-"""What starting the worker processes costs before their first replay (interpreter, imports,
-numba's disk cache): 0.6-1.3 s measured on 2 cores. An automatic-batch loky/threading sweep runs
+"""What starting loky's worker processes costs before their first replay (interpreter, imports,
+numba's disk cache): 0.6-2.3 s measured on 2 cores. An automatic-batch loky/threading sweep runs
 in this process unless its workers are expected to finish sooner than this process alone (see
 :func:`runs_in_process`); an underestimated replay cost errs towards running in process, which
 is never slower than itself."""
+THREAD_START_SECONDS = 0.01
+"""The same for threads of this process (the kernels release the GIL): a thread pool."""
 CURVE_COST_IN_REPLAYS = 8
 """Upper estimate of one LRU curve's cost, in LRU replays (measured: about 4)."""
 
@@ -209,13 +211,18 @@ def nominal_cost(policy: str) -> float:
     return NOMINAL_SECONDS_PER_ACCESS.get(policy, DEFAULT_SECONDS_PER_ACCESS)
 
 
-def runs_in_process(estimated_seconds: float, workers: int) -> bool:
-    """Whether ``estimated_seconds`` of replays finish sooner here than on ``workers`` new
-    worker processes, which first start (:data:`WORKER_START_SECONDS`), then share the work:
+def start_seconds(backend: Backend) -> float:
+    """What starting ``backend``'s workers costs, for planning."""
+    return THREAD_START_SECONDS if backend == Backend.threading else WORKER_START_SECONDS
+
+
+def runs_in_process(estimated_seconds: float, workers: int, start: float) -> bool:
+    """Whether ``estimated_seconds`` of replays finish sooner here, one at a time, than on
+    ``workers`` new workers, which first start (``start`` seconds), then share the work:
     ``start + t / workers < t`` only when ``t > start * workers / (workers - 1)``."""
     if workers <= 1:
         return True
-    return estimated_seconds <= WORKER_START_SECONDS * workers / (workers - 1)
+    return estimated_seconds <= start * workers / (workers - 1)
 
 
 def _head(trace: Trace, accesses: int) -> Trace:
@@ -281,7 +288,7 @@ def plan_batches(
     in_process = ex.backend != Backend.dask and (
         ex.n_jobs == 1
         or workers == 1
-        or (ex.batch_size is None and runs_in_process(total, workers))
+        or (ex.batch_size is None and runs_in_process(total, workers, start_seconds(ex.backend)))
     )
     for sha, group in by_trace.items():
         group.sort(key=lambda p: p.point_id)
@@ -314,8 +321,8 @@ def plan_batches(
         ", ".join(f"{k} {v:.1e}" for k, v in sorted(cost_per_access.items())),
         "in this process"
         if in_process
-        else f"{workers} workers (worth starting above "
-        f"{WORKER_START_SECONDS * workers / max(1, workers - 1):.2f} s)",
+        else f"{workers} {ex.backend.value} workers (worth starting above "
+        f"{start_seconds(ex.backend) * workers / max(1, workers - 1):.2f} s)",
         len(batches),
         max(sizes) if sizes else 0,
     )
