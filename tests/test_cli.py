@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,20 @@ def test_output_file_and_per_request(tmp_path: Path) -> None:
     ]
     assert report["policy"] == "LRU" and "small_ratio" not in report
     assert report["oddities"]["hash_ids_longer_than_input"] == 0
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_output_file_mode_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 7, "output_length": 1, "hash_ids": [5]}\n')
+    out = tmp_path / "report.json"
+    previous = os.umask(umask)
+    try:
+        assert main([str(trace), "--policy", "LRU", "--capacity", "4", "-o", str(out)]) == 0
+    finally:
+        os.umask(previous)
+    # as open(path, "w") would create it: 0666 without the umask's bits (0644 for 022)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 @pytest.mark.parametrize(

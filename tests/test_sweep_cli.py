@@ -82,7 +82,7 @@ def test_help_and_cfg_job(tmp_path: Path) -> None:
     helped = sweep(tmp_path, "--help")
     assert helped.returncode == 0
     assert "python -m sweep capacity=1024,2048,4096 policy=S3FIFO,LRU" in helped.stdout
-    assert "executor: dask, loky" in helped.stdout
+    assert "executor: dask, loky, threads" in helped.stdout
     shown = sweep(tmp_path, "--cfg", "job", "capacity=1,2", "policy='LRU'", "executor=dask")
     assert shown.returncode == 0, shown.stderr
     assert "capacity:\n- 1\n- 2\n" in shown.stdout

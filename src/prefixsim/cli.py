@@ -128,8 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file renamed into place, with the mode a plain
+    ``open(path, "w")`` would give (``mkstemp`` creates 0600)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)

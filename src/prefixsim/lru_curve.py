@@ -67,7 +67,7 @@ ENGINE = "lru_curve"
 # reference-counted, which costs a lot in hot loops. ``_hit`` is a pure-scalar helper.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _hit(k, block_size, input_length):
     """``min(k * block_size, input_length)`` without overflowing int64."""
     if input_length <= 0:
@@ -77,7 +77,7 @@ def _hit(k, block_size, input_length):
     return k * block_size
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _curve_kernel(block_ids, offsets, n_blocks, max_capacity):
     """Prefix maxima of the requests' arrival distances, and the access-distance histogram.
 
@@ -158,7 +158,7 @@ def _curve_kernel(block_ids, offsets, n_blocks, max_capacity):
     return prefix_max[:n_out].copy(), prefix_offsets, hits_at_most, n_distinct
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _totals_kernel(prefix_max, prefix_offsets, input_lengths, block_size, sorted_capacities):
     """Total hit tokens at each of ``sorted_capacities`` (ascending, all ``<=`` the curve's
     largest capacity): each request adds, at the first capacity ``>= m_j``, the hit tokens its
@@ -193,7 +193,7 @@ def _totals_kernel(prefix_max, prefix_offsets, input_lengths, block_size, sorted
     return np.cumsum(diff[:n_caps])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _hits_kernel(prefix_max, prefix_offsets, input_lengths, block_size, capacity):
     """Per-request hit tokens at one capacity (``<=`` the curve's largest)."""
     n_req = input_lengths.shape[0]
@@ -212,7 +212,7 @@ def _hits_kernel(prefix_max, prefix_offsets, input_lengths, block_size, capacity
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _ceiling_kernel(block_ids, offsets, input_lengths, n_blocks, block_size):
     """Per-request hit tokens of an unbounded cache: the leading blocks seen before arrival."""
     seen = np.zeros(n_blocks, np.bool_)

@@ -1,6 +1,6 @@
 """Replay a trace through a policy and account longest-prefix hits.
 
-Semantics (``prefix-caching-s3fifo.md``), identical for every policy and both engines: for each
+Semantics (``docs/semantics.md``), identical for every policy and both engines: for each
 request in trace order,
 
 1. ``k`` = number of leading ``hash_ids`` resident *when the request arrives*, stopping at the

@@ -101,9 +101,11 @@ class Backend(str, Enum):
 
 @dataclass
 class ExecutorConfig:
-    """How points are executed (``executor=loky`` or ``executor=dask`` selects a preset)."""
+    """How points are executed (``executor=threads``, ``loky`` or ``dask`` selects a preset)."""
 
-    backend: Backend = Backend.loky
+    backend: Backend = Backend.threading
+    """Threads of this process by default: the kernels release the GIL (``nogil``), so threads
+    replay in parallel without the worker start-up (about a second) and copies of loky."""
     n_jobs: int = -1
     """Parallel workers; -1 = all cores (all cluster threads with Dask), 1 = in this process."""
     batch_size: int | None = None

@@ -42,12 +42,23 @@ from .tiers import replay_point
 log = logging.getLogger("sweep")
 
 TARGET_BATCH_SECONDS = 0.25
-"""Work per task aimed at (estimated from a timed warm-up replay per policy)."""
+"""Work per task aimed at (estimated with :data:`NOMINAL_SECONDS_PER_ACCESS`)."""
 MIN_TASKS_PER_WORKER = 4
 """Batches are small enough that each worker gets at least this many (load balance)."""
-IN_PROCESS_SECONDS = 0.5
-"""Below this much estimated work, an automatic-batch loky/threading sweep runs in this process
-(starting worker processes would cost more than the replays)."""
+NOMINAL_SECONDS_PER_ACCESS: dict[str, float] = {"LRU": 5e-9}
+"""The plan's cost model: seconds per block access of a replay, by policy (others:
+:data:`DEFAULT_SECONDS_PER_ACCESS`). Nominal numbers, not timed at run time, so the same grid on
+the same machine always gets the same plan (a timed warm-up varied by 2x on a busy machine and
+flipped plans). Measured on one core: LRU 3.5-4 ns, S3FIFO 7-9 ns."""
+DEFAULT_SECONDS_PER_ACCESS = 1e-8
+WORKER_START_SECONDS = 1.0
+"""What starting loky's worker processes costs before their first replay (interpreter, imports,
+numba's disk cache): 0.6-2.3 s measured on 2 cores. An automatic-batch loky/threading sweep runs
+in this process unless its workers are expected to finish sooner than this process alone (see
+:func:`runs_in_process`); an underestimated replay cost errs towards running in process, which
+is never slower than itself."""
+THREAD_START_SECONDS = 0.01
+"""The same for threads of this process (the kernels release the GIL): a thread pool."""
 CLUSTER_COST_IN_REPLAYS = 4
 """Upper estimate of a cluster point's cost, in single-cache replays (measured on the bundled
 trace at 16 instances: 1.6 to 4.0 for S3FIFO, ``experiments/bench_cluster.py``)."""
@@ -237,20 +248,14 @@ class Plan:
 
 def warm_up(traces: dict[str, Trace], points: Sequence[Point]) -> dict[str, float]:
     """Load (or compile and cache on disk) every kernel the sweep uses, in this process, before
-    any worker starts; returns the measured replay cost per block access of each policy."""
-    cost: dict[str, float] = {}
+    any worker starts; returns the plan's nominal replay cost per block access of each policy
+    (:data:`NOMINAL_SECONDS_PER_ACCESS`)."""
     first: dict[str, Point] = {}
     for p in points:
         first.setdefault(p.policy, p)
-    for policy, p in first.items():
+    for p in first.values():
         trace = _local_trace(traces[p.trace_sha256])
-        sample = _head(trace, 20_000)
-        replay_point(sample, p.params, p.block_size)  # load or compile
-        best = math.inf
-        for _ in range(2):
-            r = replay_point(sample, p.params, p.block_size)
-            best = min(best, r.seconds)
-        cost[policy] = best / max(1, sample.n_accesses)
+        replay_point(_head(trace, 2_000), p.params, p.block_size)  # load or compile
     # Cluster points: their kernels (per policy and kind of router) on a few requests.
     warmed: set[tuple[str, bool]] = set()
     for p in points:
@@ -265,7 +270,26 @@ def warm_up(traces: dict[str, Trace], points: Sequence[Point]) -> dict[str, floa
                 p.block_size,
                 p.cluster,
             )
-    return cost
+    return {policy: nominal_cost(policy) for policy in first}
+
+
+def nominal_cost(policy: str) -> float:
+    """Seconds per block access of a ``policy`` replay, for planning."""
+    return NOMINAL_SECONDS_PER_ACCESS.get(policy, DEFAULT_SECONDS_PER_ACCESS)
+
+
+def start_seconds(backend: Backend) -> float:
+    """What starting ``backend``'s workers costs, for planning."""
+    return THREAD_START_SECONDS if backend == Backend.threading else WORKER_START_SECONDS
+
+
+def runs_in_process(estimated_seconds: float, workers: int, start: float) -> bool:
+    """Whether ``estimated_seconds`` of replays finish sooner here, one at a time, than on
+    ``workers`` new workers, which first start (``start`` seconds), then share the work:
+    ``start + t / workers < t`` only when ``t > start * workers / (workers - 1)``."""
+    if workers <= 1:
+        return True
+    return estimated_seconds <= start * workers / (workers - 1)
 
 
 def _head(trace: Trace, accesses: int) -> Trace:
@@ -331,7 +355,9 @@ def plan_batches(
             by_trace.setdefault(sha, []).extend(lru_points)
     total = sum(estimate.values())
     in_process = ex.backend != Backend.dask and (
-        ex.n_jobs == 1 or workers == 1 or (ex.batch_size is None and total < IN_PROCESS_SECONDS)
+        ex.n_jobs == 1
+        or workers == 1
+        or (ex.batch_size is None and runs_in_process(total, workers, start_seconds(ex.backend)))
     )
     for sha, group in by_trace.items():
         group.sort(key=lambda p: p.point_id)
@@ -349,13 +375,27 @@ def plan_batches(
     if ex.batch_size is None and len(batches) == 1 and ex.backend != Backend.dask:
         in_process = True
     sizes = {len(b.points) for b in batches}
-    return Plan(
+    plan = Plan(
         batches=batches,
         batch_size=ex.batch_size if ex.batch_size is not None else (max(sizes) if sizes else 0),
         in_process=in_process,
         workers=1 if in_process else workers,
         estimated_seconds=total,
     )
+    log.debug(
+        "plan: %d points, estimated %.3f s of replays (s per access: %s); %s; %d batch(es) of "
+        "up to %d points",
+        len(points),
+        total,
+        ", ".join(f"{k} {v:.1e}" for k, v in sorted(cost_per_access.items())),
+        "in this process"
+        if in_process
+        else f"{workers} {ex.backend.value} workers (worth starting above "
+        f"{start_seconds(ex.backend) * workers / max(1, workers - 1):.2f} s)",
+        len(batches),
+        max(sizes) if sizes else 0,
+    )
+    return plan
 
 
 def _mean(group: Sequence[Point], estimate: dict[int, float]) -> float:

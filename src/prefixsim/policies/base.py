@@ -6,8 +6,10 @@ A policy is three small pieces, each with one job:
 * a plain-Python *reference* (subclass of :class:`ReferencePolicy`) that mirrors the
   specification's pseudocode so a reader can check it line by line; it works on any hashable
   block hash;
-* a compiled *kernel* (numba ``@njit(cache=True)``) that replays a whole trace over dense block
-  ids ``0..n_blocks-1`` with per-block state in flat arrays.
+* a compiled *kernel* (numba ``@njit(cache=True, nogil=True)``) that replays a whole trace over
+  dense block ids ``0..n_blocks-1`` with per-block state in flat arrays. ``nogil``: a kernel
+  touches no Python object, so it releases the GIL and the sweep runs replays in parallel on
+  threads of one process (no worker processes to start).
 
 Both are driven by :func:`prefixsim.replay.replay`, which owns the longest-prefix rule, so a new
 policy plugs in by calling :func:`register` and never touches the replay.

@@ -106,7 +106,7 @@ class BeladyReference(ReferencePolicy):
 # One function with scalar locals, no array-taking helpers (see s3fifo.py).
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def belady_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     n = block_ids.shape[0]
     next_use = np.empty(n, np.int64)

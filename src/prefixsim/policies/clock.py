@@ -95,7 +95,7 @@ class CLOCKReference(ReferencePolicy):
 # is full; from then on every miss evicts.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def clock_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     slot_of = np.full(n_blocks, -1, np.int32)
     slots = np.empty(capacity, np.int32)

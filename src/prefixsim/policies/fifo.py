@@ -68,7 +68,7 @@ class FIFOReference(ReferencePolicy):
 # ``head`` advances, so the ring read from ``head`` is always oldest-to-newest.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fifo_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     resident = np.zeros(n_blocks, np.bool_)
     ring = np.empty(capacity, np.int32)

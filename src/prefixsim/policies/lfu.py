@@ -105,7 +105,7 @@ class LFUReference(ReferencePolicy):
 # never exceeds the block's number of accesses in the trace, which sizes the bucket arrays.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lfu_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     count = np.zeros(n_blocks, np.int32)
     for i in range(block_ids.shape[0]):  # occurrences per block, to size the buckets

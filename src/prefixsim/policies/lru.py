@@ -67,7 +67,7 @@ class LRUReference(ReferencePolicy):
 # marks the blocks on the list; ``size`` is their count and never exceeds ``capacity``.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lru_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     resident = np.zeros(n_blocks, np.bool_)
     prev = np.empty(n_blocks, np.int32)

@@ -127,7 +127,7 @@ class LRULeafReference(ReferencePolicy):
 # One function with scalar locals, no array-taking helpers (see s3fifo.py).
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     resident = np.zeros(n_blocks, np.bool_)
     in_list = np.zeros(n_blocks, np.bool_)

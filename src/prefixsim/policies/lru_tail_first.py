@@ -102,7 +102,7 @@ class LRUTailFirstReference(ReferencePolicy):
 # moved. Evictions take ``head``, which is a placed block only when no old block is left.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lru_tail_first_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     resident = np.zeros(n_blocks, np.bool_)
     stamp = np.full(n_blocks, -1, np.int64)

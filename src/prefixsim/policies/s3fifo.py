@@ -193,7 +193,7 @@ class S3FIFOReference(ReferencePolicy):
 _NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def s3fifo_kernel(
     block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
     small_cap, main_cap, max_freq, ghost_freq,

@@ -148,7 +148,7 @@ class S3FIFOLeafReference(S3FIFOReference):
 _NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def s3fifo_leaf_kernel(
     block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
     small_cap, main_cap, max_freq, ghost_freq,

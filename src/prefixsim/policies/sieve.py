@@ -145,7 +145,7 @@ class SIEVEReference(ReferencePolicy):
 _PREV, _NEXT, _VISITED = 0, 1, 2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sieve_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     node = np.empty((n_blocks, 3), np.int32)
     node[:, _VISITED] = -1

@@ -1,0 +1,102 @@
+"""The run directory's tables: sorted as documented, and the same bytes however the run went.
+
+``results.parquet`` is sorted by ``point_id``; ``per_request.parquet`` by ``point_id`` then
+``request``. An interrupted-and-resumed run writes byte-identical files to an uninterrupted run
+(``results.parquet`` apart from its ``replay_seconds`` column, a measured time).
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import prefixsim
+import sweep.store
+from sweep import ExecutorConfig, SweepConfig, run_sweep
+from sweep.store import TIMING_COLUMNS, RunDir
+
+# Four LRU points per block size make one LRU-curve batch each (automatic batching), and with
+# two block sizes their point ids interleave (the grid is ordered capacity, then block_size):
+# the batch of block size 256 holds ids 8, 10, 12, 14 and that of 512 holds 9, 11, 13, 15.
+GRID = {
+    "policy": ["S3FIFO", "LRU"],
+    "capacity": [16, 64, 256, 1024],
+    "block_size": [256, 512],
+}
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 400 requests of the bundled trace, as a plain JSONL file."""
+    src = prefixsim.trace.bundled_trace_path("conversation")
+    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:400]
+    path = tmp_path_factory.mktemp("traces") / "small.jsonl"
+    path.write_text("".join(lines))
+    return path
+
+
+def _config(out: Path, trace: Path, batch_size: int | None) -> SweepConfig:
+    return SweepConfig(
+        trace=[str(trace)],
+        out_dir=str(out),
+        progress=False,
+        plot=False,
+        executor=ExecutorConfig(n_jobs=1, batch_size=batch_size),
+        **GRID,  # type: ignore[arg-type]
+    )
+
+
+def _assert_sorted(out: Path) -> None:
+    ids = pq.read_table(out / "results.parquet").column("point_id").to_numpy()
+    assert (np.diff(ids) > 0).all()
+    pr = pq.read_table(out / "per_request.parquet")
+    pid = pr.column("point_id").to_numpy()
+    req = pr.column("request").to_numpy()
+    step = np.diff(pid)
+    # point ids never decrease; within a point, requests count 0, 1, 2, ...
+    assert (step >= 0).all()
+    assert ((step > 0) | (np.diff(req) == 1)).all()
+    assert set(np.unique(pid)) == set(ids.tolist())
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_interrupted_and_resumed_files_are_byte_identical(
+    tmp_path: Path, small_trace: Path, monkeypatch: pytest.MonkeyPatch, batch_size: int | None
+) -> None:
+    # several row groups in per_request.parquet (400 requests x 16 points = 6,400 rows), so
+    # resuming merges old row groups with new parts across group boundaries
+    monkeypatch.setattr(sweep.store, "PER_REQUEST_ROW_GROUP", 1000)
+    ref = tmp_path / "ref"
+    assert run_sweep(_config(ref, small_trace, batch_size)).exit_code == 0
+    _assert_sorted(ref)
+
+    real_write = RunDir.write_part
+    calls = []
+
+    def write_then_interrupt(self, table):  # type: ignore[no-untyped-def]
+        path = real_write(self, table)
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return path
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(RunDir, "write_part", write_then_interrupt)
+    first = run_sweep(_config(out, small_trace, batch_size))
+    assert first.interrupted and 0 < first.computed < first.planned
+    _assert_sorted(out)
+    monkeypatch.setattr(RunDir, "write_part", real_write)
+    second = run_sweep(_config(out, small_trace, batch_size))
+    assert second.exit_code == 0 and second.skipped == first.computed
+    _assert_sorted(out)
+
+    assert (out / "per_request.parquet").read_bytes() == (ref / "per_request.parquet").read_bytes()
+    got, want = (pq.read_table(d / "results.parquet") for d in (out, ref))
+    assert got.drop_columns(list(TIMING_COLUMNS)).equals(
+        want.drop_columns(list(TIMING_COLUMNS)), check_metadata=True
+    )
+    assert pq.ParquetFile(out / "results.parquet").metadata.num_row_groups == 1
