@@ -13,9 +13,9 @@ from prefixsim.hardware import load_hardware
 from prefixsim.models import load_model
 from sweep import ExecutorConfig, SweepConfig, run_sweep
 from sweep.config import HardwareConfig, ModelConfig
+from sweep.figures import draw_figures
 from sweep.figures.cost import (
     SkipCostFigure,
-    draw_cost_figures,
     fig_hit_rate_vs_cache_size,
     fig_prefill_saved_vs_cache_size,
 )
@@ -68,10 +68,11 @@ def test_axes_in_bytes_and_est_labels(run_dir: Path) -> None:
     assert list(line.get_ydata()) == pytest.approx(expected)
 
 
-def test_draw_cost_figures(run_dir: Path, tmp_path: Path) -> None:
-    results = pd.read_parquet(run_dir / "results.parquet")
-    written, skipped = draw_cost_figures(results, tmp_path / "figs", formats=("png",))
-    assert skipped == {}
+def test_the_cost_figures_are_drawn_with_the_run(run_dir: Path, tmp_path: Path) -> None:
+    report = draw_figures(run_dir, tmp_path / "figs", formats=("png",), force=True)
+    cost = {"hit_rate_vs_cache_size", "prefill_saved_vs_cache_size"}
+    assert cost <= set(report.drawn), report.skipped
+    written = [p for p in report.written if p.stem in cost]
     assert sorted(p.name for p in written) == [
         "hit_rate_vs_cache_size.png",
         "prefill_saved_vs_cache_size.png",
@@ -84,5 +85,6 @@ def test_skipped_without_a_model(run_dir: Path, tmp_path: Path) -> None:
     no_model = results.assign(model=None)
     with pytest.raises(SkipCostFigure, match="no model"):
         fig_hit_rate_vs_cache_size(no_model)
-    written, skipped = draw_cost_figures(results.head(1), tmp_path, formats=("png",))
-    assert written == [] and set(skipped.values()) == {"one cache size in the run"}
+    for draw in (fig_hit_rate_vs_cache_size, fig_prefill_saved_vs_cache_size):
+        with pytest.raises(SkipCostFigure, match="one cache size in the run"):
+            draw(results.head(1))

@@ -35,7 +35,13 @@ CAPACITIES = (256, 512, 1024)
 PROMPTS = (0, 100, 200, 300)  # tokens of the 4 requests of every trace (one empty prompt)
 TIMESTAMPS = (0.0, 1_000.0, 60_000.0, 120_000.0)  # ms
 CEILING = 0.5
-FIGURE_NAMES = tuple(k.name for k in figures.figure_kinds())
+SINGLE_CACHE_MODULES = {"capacity", "small_ratio", "params", "requests"}
+FIGURE_NAMES = tuple(
+    k.name
+    for k in figures.figure_kinds()
+    if k.draw.__module__.rsplit(".", 1)[-1] in SINGLE_CACHE_MODULES
+)
+"""The figures of a single-cache run (the cost, tier and cluster kinds need other points)."""
 
 
 def hit_rate(policy: str, capacity: int, sr: float, mf: int, gf: int) -> float:

@@ -707,43 +707,10 @@ def _run_locked(
     return summary
 
 
-def _draw_cluster_figures(run_dir: RunDir) -> bool:
-    """The cluster figures (issue 14) of a run with cluster points; True when it has some.
-    The single-cache figures of ``sweep.plot`` do not tell cluster points apart, so they are
-    not drawn for such a run (until the figures package filters them)."""
-    import pandas as pd
-
-    from .figures.cluster import cluster_rows, draw_cluster_figures
-
-    results = pd.read_parquet(run_dir.results)
-    if cluster_rows(results).empty:
-        return False
-    t = time.perf_counter()
-    try:
-        written, skipped = draw_cluster_figures(results, run_dir.path / "figures")
-    except Exception as err:  # the numbers are written; say what went wrong
-        log.error(
-            "cluster figures failed (%s: %s); the results are complete", type(err).__name__, err
-        )
-        return True
-    for name, why in skipped.items():
-        log.info("skipped %s: %s", name, why)
-    log.info(
-        "figures: %d cluster figure files in %s (%.1f s); the single-cache figures are not "
-        "drawn for a run with cluster points",
-        len(written),
-        run_dir.path / "figures",
-        time.perf_counter() - t,
-    )
-    return True
-
-
 def _draw_figures(run_dir: RunDir, formats: list[str]) -> None:
     """The run's figures; a plotting problem is logged, never lost results or a failed sweep."""
     from .figures import draw_figures
 
-    if _draw_cluster_figures(run_dir):
-        return
     t = time.perf_counter()
     try:
         report = draw_figures(run_dir.path, formats=formats)

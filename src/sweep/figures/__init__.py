@@ -31,6 +31,18 @@ per trace (and block size when the run has several), traces in the order they we
     default-parameter point at the median capacity): the CDF of the hit ratio, and the hit
     rate in round time bins (1, 2, 5, 10, 15, 30 s or min, ...); small multiples past 5 points
     per trace.
+``hit_rate_vs_cache_size``, ``prefill_saved_vs_cache_size`` (:mod:`.cost`)
+    with a model: hit rate, and prefill FLOPs and est. time saved, against the cache in bytes.
+``tier_split`` (:mod:`.tiers`)
+    hierarchies (``policy`` ``TIERS``): each tier's share of the token hit rate, stacked,
+    against the swept tier's capacity.
+``cluster_hit_rate``, ``cluster_ttft``, ``cluster_load_imbalance`` (:mod:`.cluster`)
+    clusters: hit rate (and share of one cache of all the memory), p50/p99 est. TTFT and load
+    imbalance against the number of instances, one line per router.
+
+The single-cache kinds draw ``RunData.results`` (hierarchy and cluster rows left out); the
+others read ``RunData.all_results`` and are passed over (``FigureKind.applies``) in a run
+without their kind of points.
 
 Adding a figure kind
 --------------------
@@ -226,7 +238,7 @@ def draw_figures(
     results = load_results(run)
     fmts = check_formats(formats)
     out = Path(os.path.abspath(out_dir)) if out_dir is not None else run / FIGURES_DIR
-    data = RunData(run, results, points)
+    data = RunData(run, results, points)  # .results: single caches; .all_results: every row
     if points is not None:
         _ = data.points  # an unknown id is an error even when the figures needing it are skipped
     report = FigureReport(out)
@@ -243,7 +255,12 @@ def draw_figures(
         report.skipped = dict(stamp.get("skipped", {}))
         log.info("figures unchanged (same inputs as when drawn): %s", out)
         return report
+    kinds = [k for k in kinds if k.applies is None or k.applies(data)]
     for kind in kinds:
+        if kind.single_cache and data.results.empty:
+            report.skipped[kind.name] = "no single-cache points (only hierarchies or clusters)"
+            log.info("skipped %s: %s", kind.name, report.skipped[kind.name])
+            continue
         try:
             fig = kind.draw(data)
         except SkipFigure as skip:

@@ -20,10 +20,7 @@ the per-instance ``capacity`` drawn is the one given, else the smallest of the c
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib as mpl
@@ -31,6 +28,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+from .data import SkipFigure
+from .registry import FigureKind, register
 
 ROUTER_PARAMS = ("overlap_weight", "seed", "vnodes", "key_blocks")
 _TAB10 = [mpl.colormaps["tab10"](i) for i in range(10)]
@@ -43,10 +43,6 @@ ROUTER_STYLES: dict[str, tuple[Any, str]] = {
     "kv_aware": (_TAB10[4], "D"),
 }
 PANEL_W, PANEL_H = 2.4, 1.9
-
-
-class SkipFigure(Exception):
-    """A figure the results cannot give (the message says why)."""
 
 
 def cluster_rows(results: pd.DataFrame) -> pd.DataFrame:
@@ -244,44 +240,17 @@ def fig_cluster_load_imbalance(results: pd.DataFrame, capacity: int | None = Non
     return fig
 
 
-FIGURES: dict[str, Callable[..., Figure]] = {
-    "cluster_hit_rate": fig_cluster_hit_rate,
-    "cluster_ttft": fig_cluster_ttft,
-    "cluster_load_imbalance": fig_cluster_load_imbalance,
-}
+def _kind(name: str, draw: Callable[[pd.DataFrame], Figure], order: int) -> FigureKind:
+    """A cluster figure kind: it reads every row (cluster points are not single caches)."""
+    return FigureKind(
+        name,
+        lambda data: draw(data.all_results),
+        order,
+        single_cache=False,
+        applies=lambda data: not cluster_rows(data.all_results).empty,
+    )
 
 
-def draw_cluster_figures(
-    results: pd.DataFrame,
-    out_dir: str | os.PathLike[str],
-    formats: Sequence[str] = ("png", "pdf"),
-    capacity: int | None = None,
-) -> tuple[list[Path], dict[str, str]]:
-    """Draw every cluster figure into ``out_dir`` (``NAME.<format>``, each file written to a
-    temporary name and renamed); returns the files written and ``{name: reason}`` of those
-    skipped."""
-    out = Path(out_dir)
-    written: list[Path] = []
-    skipped: dict[str, str] = {}
-    for name, func in FIGURES.items():
-        try:
-            fig = func(results, capacity)
-        except SkipFigure as why:
-            skipped[name] = str(why)
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        for fmt in formats:
-            path = out / f"{name}.{fmt}"
-            tmp = out / f".{name}.{fmt}.{os.getpid()}.tmp"
-            kw: dict[str, Any] = {"format": fmt, "bbox_inches": "tight", "dpi": 200}
-            if fmt == "pdf":
-                kw["metadata"] = {"CreationDate": None}
-            try:
-                fig.savefig(tmp, **kw)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-                raise
-            written.append(path)
-    return written, skipped
+register(_kind("cluster_hit_rate", fig_cluster_hit_rate, 90))
+register(_kind("cluster_ttft", fig_cluster_ttft, 91))
+register(_kind("cluster_load_imbalance", fig_cluster_load_imbalance, 92))

@@ -12,7 +12,6 @@ and cache tier it assumes (docs/cost-model.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -22,14 +21,21 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from prefixsim.units import format_size
 
+from .data import SkipFigure
+from .registry import FigureKind, register
+
 PANEL_WIDTH_IN = 3.4
 PANEL_HEIGHT_IN = 2.6
 PANEL_KEYS = ("trace", "model", "kv_dtype", "block_size")
 """One panel per trace, model, KV dtype and block size (a figure per hit-rate question)."""
 
 
-class SkipCostFigure(Exception):
+class SkipCostFigure(SkipFigure):
     """The run cannot show this figure (the message says why)."""
+
+
+def _has_model(results: pd.DataFrame) -> bool:
+    return "model" in results.columns and bool(results["model"].notna().any())
 
 
 def cost_rows(results: pd.DataFrame) -> pd.DataFrame:
@@ -153,33 +159,19 @@ def fig_prefill_saved_vs_cache_size(
     return fig
 
 
-FIGURES = {
-    "hit_rate_vs_cache_size": fig_hit_rate_vs_cache_size,
-    "prefill_saved_vs_cache_size": fig_prefill_saved_vs_cache_size,
-}
-"""Figure name -> function (the registry's entries for the cost model)."""
-
-
-def draw_cost_figures(
-    results: pd.DataFrame,
-    out_dir: str | Path,
-    traces: pd.DataFrame | None = None,
-    formats: Sequence[str] = ("png", "pdf"),
-) -> tuple[list[Path], dict[str, str]]:
-    """Draw the cost figures into ``out_dir``: the files written, and the figures skipped with
-    their reasons."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    skipped: dict[str, str] = {}
-    for name, draw in FIGURES.items():
-        try:
-            fig = draw(results, traces)
-        except SkipCostFigure as why:
-            skipped[name] = str(why)
-            continue
-        for fmt in formats:
-            path = out / f"{name}.{fmt}"
-            fig.savefig(path, dpi=200 if fmt == "png" else None)
-            written.append(path)
-    return written, skipped
+register(
+    FigureKind(
+        "hit_rate_vs_cache_size",
+        lambda data: fig_hit_rate_vs_cache_size(data.results, data.traces),
+        order=80,
+        applies=lambda data: _has_model(data.results),
+    )
+)
+register(
+    FigureKind(
+        "prefill_saved_vs_cache_size",
+        lambda data: fig_prefill_saved_vs_cache_size(data.results, data.traces),
+        order=81,
+        applies=lambda data: _has_model(data.results),
+    )
+)

@@ -55,6 +55,15 @@ class PlotError(PrefixSimError):
     """A run directory or an option the figures cannot be drawn from (one line for the user)."""
 
 
+def single_cache_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """The rows of single caches: not a hierarchy (``policy`` ``TIERS``, the tiers group) and
+    not a cluster (``instances`` set). Results written before those existed are all single."""
+    keep = results["policy"] != "TIERS"
+    if "instances" in results.columns:
+        keep &= results["instances"].isna()
+    return results if bool(keep.all()) else results[keep]
+
+
 class SkipFigure(Exception):
     """A figure that is not drawn, with the reason (raised by the figure functions)."""
 
@@ -350,12 +359,25 @@ def pick_points(results: pd.DataFrame, points: Sequence[int] | None) -> pd.DataF
 
 @dataclass
 class RunData:
-    """A run directory's tables, each read on first use (a figure kind reads what it needs)."""
+    """A run directory's tables, each read on first use (a figure kind reads what it needs).
+
+    ``results`` holds the single-cache points only (:func:`single_cache_rows`), what the
+    built-in figures draw; ``all_results`` every row, hierarchies and clusters included, for the
+    figure kinds of those points."""
 
     run_dir: Path
     results: pd.DataFrame
     points_arg: Sequence[int] | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._cache["all_results"] = self.results
+        self.results = single_cache_rows(self.results)
+
+    @property
+    def all_results(self) -> pd.DataFrame:
+        result: pd.DataFrame = self._cache["all_results"]
+        return result
 
     def _once(self, key: str, make: Callable[[], Any]) -> Any:
         if key not in self._cache:

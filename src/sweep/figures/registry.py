@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from .data import RunData
 
-BUILTIN_MODULES = ("capacity", "small_ratio", "params", "requests")
+BUILTIN_MODULES = ("capacity", "small_ratio", "params", "requests", "cost", "tiers", "cluster")
 """Modules of this package that register the built-in kinds."""
 
 
@@ -30,6 +30,12 @@ class FigureKind:
     name: str
     draw: Callable[[RunData], Figure]
     order: int = 100
+    single_cache: bool = True
+    """The kind draws single-cache points (``RunData.results``): skipped, saying so, in a run
+    that has none (only hierarchies or clusters). False: it reads ``RunData.all_results``."""
+    applies: Callable[[RunData], bool] | None = None
+    """Whether the run has the kind of points the figure is about (a model, hierarchies,
+    clusters); a kind that does not apply is passed over silently, not listed as skipped."""
 
 
 _KINDS: dict[str, FigureKind] = {}

@@ -14,11 +14,11 @@ or raises :class:`NoTierPoints`; :func:`draw_tier_split` writes ``OUT/tier_split
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pandas as pd
 from matplotlib.figure import Figure
+
+from .data import SkipFigure
+from .registry import FigureKind, register
 
 NAME = "tier_split"
 MAX_TIERS = 4
@@ -27,7 +27,7 @@ PANEL_HEIGHT_IN = 2.4
 TIER_COLOURS = ("#1b6ca8", "#f28e2b", "#59a14f", "#b07aa1")  # fastest first
 
 
-class NoTierPoints(Exception):
+class NoTierPoints(SkipFigure):
     """The run has no hierarchy points (``policy == "TIERS"``): the figure is skipped."""
 
 
@@ -98,25 +98,12 @@ def tier_split_figure(results: pd.DataFrame) -> Figure:
     return fig
 
 
-def draw_tier_split(
-    results: pd.DataFrame,
-    out_dir: str | os.PathLike[str],
-    formats: tuple[str, ...] = ("png", "pdf"),
-) -> list[Path]:
-    """Write ``tier_split.<format>`` into ``out_dir`` (each file written under a temporary name
-    and renamed, so a killed run leaves no half-written figure); returns the paths, or ``[]``
-    when the run has no hierarchy points."""
-    try:
-        fig = tier_split_figure(results)
-    except NoTierPoints:
-        return []
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = out / f"{NAME}.{fmt}"
-        tmp = out / f".{NAME}.{os.getpid()}.tmp.{fmt}"
-        fig.savefig(tmp, format=fmt, dpi=200)
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
+register(
+    FigureKind(
+        NAME,
+        lambda data: tier_split_figure(data.all_results),
+        order=85,
+        single_cache=False,
+        applies=lambda data: bool((data.all_results["policy"] == "TIERS").any()),
+    )
+)
