@@ -12,7 +12,7 @@ import prefixsim
 from prefixsim.hardware import load_hardware
 from prefixsim.models import load_model
 from sweep import ExecutorConfig, SweepConfig, run_sweep
-from sweep.config import HardwareConfig, ModelConfig
+from sweep.config import HardwareConfig, ModelConfig, PlotConfig
 from sweep.figures import draw_figures
 from sweep.figures.cost import (
     SkipCostFigure,
@@ -88,3 +88,23 @@ def test_skipped_without_a_model(run_dir: Path, tmp_path: Path) -> None:
     for draw in (fig_hit_rate_vs_cache_size, fig_prefill_saved_vs_cache_size):
         with pytest.raises(SkipCostFigure, match="one cache size in the run"):
             draw(results.head(1))
+
+
+def test_capacity_axis_in_bytes(run_dir: Path) -> None:
+    # plot.capacity_axis=bytes: the capacity figures are drawn against cache_bytes (with a
+    # model), labelled in binary units; without cache_bytes they keep blocks.
+    from sweep.figures.capacity import fig_hit_rate_vs_capacity
+    from sweep.figures.style import format_capacity
+
+    results = pd.read_parquet(run_dir / "results.parquet")
+    fig = fig_hit_rate_vs_capacity(results, None, "bytes")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "Cache size (bytes)"
+    lru = results[results.policy == "LRU"].sort_values("cache_bytes")
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "LRU")
+    assert list(line.get_xdata()) == lru.cache_bytes.astype(float).tolist()
+    blocks = fig_hit_rate_vs_capacity(results.assign(cache_bytes=None), None, "bytes")
+    assert blocks.axes[0].get_xlabel() == "Capacity (blocks)"
+    assert format_capacity(2.0**40, True, "B") == "1TiB"  # not 1024GiB
+    with pytest.raises(prefixsim.ParameterError, match=r"plot\.capacity_axis"):
+        SweepConfig(plot=PlotConfig(capacity_axis="GiB"))

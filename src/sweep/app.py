@@ -703,17 +703,17 @@ def _run_locked(
             run_dir.manifest,
         )
     if cfg.plot.enabled and summary.rows and not summary.interrupted:
-        _draw_figures(run_dir, cfg.plot.formats)
+        _draw_figures(run_dir, cfg.plot.formats, cfg.plot.capacity_axis)
     return summary
 
 
-def _draw_figures(run_dir: RunDir, formats: list[str]) -> None:
+def _draw_figures(run_dir: RunDir, formats: list[str], capacity_axis: str) -> None:
     """The run's figures; a plotting problem is logged, never lost results or a failed sweep."""
     from .figures import draw_figures
 
     t = time.perf_counter()
     try:
-        report = draw_figures(run_dir.path, formats=formats)
+        report = draw_figures(run_dir.path, formats=formats, capacity_axis=capacity_axis)
     except Exception as err:  # the numbers are written; say what went wrong and how to retry
         log.error(
             "figures failed (%s: %s); the results are complete; retry: python -m sweep.plot %s",

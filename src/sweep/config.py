@@ -142,6 +142,9 @@ FIGURE_FORMATS: tuple[str, ...] = (
 """File types matplotlib's Agg, PDF, PS, SVG and PGF backends write."""
 
 
+CAPACITY_AXES: tuple[str, ...] = ("blocks", "bytes")
+
+
 @dataclass
 class PlotConfig:
     """The figures drawn at the end of a run (``python -m sweep.plot`` draws them later)."""
@@ -151,8 +154,17 @@ class PlotConfig:
     ``plot.enabled=false``)."""
     formats: list[str] = field(default_factory=lambda: ["png"])
     """File formats, e.g. ``[png,pdf]``; PNG only by default (a PDF costs as much again)."""
+    capacity_axis: str = "blocks"
+    """The capacity axis of the figures against capacity: ``blocks``, or ``bytes`` (the
+    ``cache_bytes`` column: needs a model)."""
 
     def __post_init__(self) -> None:
+        if self.capacity_axis not in CAPACITY_AXES:
+            from prefixsim import ParameterError
+
+            raise ParameterError(
+                "plot.capacity_axis", self.capacity_axis, f"expected {' or '.join(CAPACITY_AXES)}"
+            )
         # checked before the first replay, not after the whole run (matplotlib is not imported
         # for this: FIGURE_FORMATS is its list of file types)
         bad = [f for f in self.formats if str(f).lower().lstrip(".") not in FIGURE_FORMATS]

@@ -227,18 +227,23 @@ def draw_figures(
     formats: Sequence[str] = DEFAULT_FORMATS,
     points: Sequence[int] | None = None,
     force: bool = False,
+    capacity_axis: str = "blocks",
 ) -> FigureReport:
     """Draw every registered figure kind of the run in ``run_dir`` into ``out_dir`` (default
     ``run_dir/figures``), one file per format; figures whose parameter did not vary, or whose
     input file is absent, are skipped, and nothing is redrawn when nothing changed since the last
-    call (unless ``force``). ``points`` (point ids) are the points of the per-request figures.
+    call (unless ``force``). ``points`` (point ids) are the points of the per-request figures;
+    ``capacity_axis="bytes"`` puts the cache in bytes on the capacity axes (with a model).
     Raises :class:`PlotError` on a missing run directory or results file, an unknown point id or
     format."""
     run = Path(os.path.abspath(run_dir))
     results = load_results(run)
     fmts = check_formats(formats)
     out = Path(os.path.abspath(out_dir)) if out_dir is not None else run / FIGURES_DIR
-    data = RunData(run, results, points)  # .results: single caches; .all_results: every row
+    if capacity_axis not in ("blocks", "bytes"):
+        raise PlotError(f"invalid capacity axis {capacity_axis!r}: expected blocks or bytes")
+    # .results: single caches; .all_results: every row
+    data = RunData(run, results, points, capacity_axis)
     if points is not None:
         _ = data.points  # an unknown id is an error even when the figures needing it are skipped
     report = FigureReport(out)
@@ -248,7 +253,7 @@ def draw_figures(
             report.skipped[kind.name] = f"{RESULTS_FILE} has no rows"
             log.info("skipped %s: %s", kind.name, report.skipped[kind.name])
         return report
-    digest = _digest(run, kinds, fmts, points)
+    digest = _digest(run, kinds, [*fmts, f"capacity_axis={capacity_axis}"], points)
     stamp = None if force else _unchanged(out, digest)
     if stamp is not None:
         report.unchanged = list(stamp.get("drawn", []))

@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
         help="point ids (comma-separated) of the per-request figures (default: each policy's "
         "default-parameter point at the median capacity)",
     )
+    p.add_argument(
+        "--capacity-axis",
+        choices=("blocks", "bytes"),
+        default="blocks",
+        help="capacity axes in blocks, or in bytes (cache_bytes: runs with a model)",
+    )
     p.add_argument("--force", action="store_true", help="redraw even if the inputs did not change")
     return p
 
@@ -70,7 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with _cli_logging():
         try:
             report = draw_figures(
-                args.run_dir, args.out, formats=formats, points=args.points, force=args.force
+                args.run_dir,
+                args.out,
+                formats=formats,
+                points=args.points,
+                force=args.force,
+                capacity_axis=args.capacity_axis,
             )
         except PlotError as err:
             print(f"sweep.plot: error: {err}", file=sys.stderr)

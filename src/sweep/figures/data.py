@@ -368,6 +368,8 @@ class RunData:
     run_dir: Path
     results: pd.DataFrame
     points_arg: Sequence[int] | None = None
+    capacity_axis: str = "blocks"
+    """``plot.capacity_axis``: ``blocks``, or ``bytes`` (``cache_bytes``, with a model)."""
     _cache: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -152,9 +152,9 @@ def format_capacity(value: float, binary: bool, unit: str = "") -> str:
     ``182.79K``)."""
     v = float(value)
     if binary:
-        prefixes = (("Gi", 1024.0**3), ("Mi", 1024.0**2), ("Ki", 1024.0))
+        prefixes = (("Ti", 1024.0**4), ("Gi", 1024.0**3), ("Mi", 1024.0**2), ("Ki", 1024.0))
     else:
-        prefixes = (("G", 1e9), ("M", 1e6), ("K", 1e3))
+        prefixes = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3))
     for prefix, scale in prefixes:
         if abs(v) >= scale:
             q = v / scale
