@@ -3,19 +3,80 @@
 >>> from prefixsim import load_trace, replay
 >>> result = replay(load_trace("conversation"), policy="S3FIFO", capacity=4096)
 >>> result.overall_hit_rate  # doctest: +SKIP
+
+The package imports lazily (PEP 562): ``import prefixsim`` or ``import prefixsim.profiles`` (as
+Hydra does to find the bundled profiles) costs milliseconds, and numba and the kernels load on
+the first use of a name that needs them, e.g. ``prefixsim.replay``.
 """
 
-from .cluster import ClusterResult, replay_cluster
-from .cost import PrefillCost, capacity_blocks, prefill_cost, prefill_flops
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import ParameterError, PrefixSimError, TraceError
-from .hardware import HardwareProfile, hardware_names, load_hardware
-from .lru_curve import Ceiling, LRUCurve, ceiling, lru_curve
-from .models import ModelProfile, load_model, model_names
-from .policies import PolicyParams, get_policy, policy_names, register
-from .replay import ReplayResult, make_params, replay, replay_params
-from .tiers import TieredResult, replay_tiers
-from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
-from .units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from .cluster import ClusterResult, replay_cluster
+    from .cost import PrefillCost, capacity_blocks, prefill_cost, prefill_flops
+    from .hardware import HardwareProfile, hardware_names, load_hardware
+    from .lru_curve import Ceiling, LRUCurve, ceiling, lru_curve
+    from .models import ModelProfile, load_model, model_names
+    from .policies import PolicyParams, get_policy, policy_names, register
+    from .replay import ReplayResult, make_params, replay, replay_params
+    from .tiers import TieredResult, replay_tiers
+    from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
+    from .units import format_size, parse_size
+
+_LAZY: dict[str, str] = {
+    "BUNDLED_TRACES": ".trace",
+    "Ceiling": ".lru_curve",
+    "ClusterResult": ".cluster",
+    "HardwareProfile": ".hardware",
+    "LRUCurve": ".lru_curve",
+    "ModelProfile": ".models",
+    "PolicyParams": ".policies",
+    "PrefillCost": ".cost",
+    "ReplayResult": ".replay",
+    "TieredResult": ".tiers",
+    "Trace": ".trace",
+    "capacity_blocks": ".cost",
+    "ceiling": ".lru_curve",
+    "format_size": ".units",
+    "get_policy": ".policies",
+    "hardware_names": ".hardware",
+    "load_hardware": ".hardware",
+    "load_model": ".models",
+    "load_trace": ".trace",
+    "lru_curve": ".lru_curve",
+    "make_params": ".replay",
+    "model_names": ".models",
+    "oddities": ".trace",
+    "parse_size": ".units",
+    "policy_names": ".policies",
+    "prefill_cost": ".cost",
+    "prefill_flops": ".cost",
+    "register": ".policies",
+    "replay": ".replay",
+    "replay_cluster": ".cluster",
+    "replay_params": ".replay",
+    "replay_tiers": ".tiers",
+}
+"""Public name -> the submodule that defines it (imported on first use)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "BUNDLED_TRACES",

@@ -80,15 +80,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for note in rewrite.notes:
         print(f"sweep: {note}", file=sys.stderr)
-    from prefixsim import PrefixSimError
+    if any(a.startswith(("model=", "hardware=")) for a in rewrite.argv):
+        # only then: the check imports the engine, which --help and most runs need not wait for
+        from prefixsim import PrefixSimError
 
-    from .costing import check_profile_overrides
+        from .costing import check_profile_overrides
 
-    try:
-        check_profile_overrides(rewrite.argv, CONF_DIR)  # model=NAME: one line, exit 2
-    except PrefixSimError as err:
-        _error(str(err))
-        return 2
+        try:
+            check_profile_overrides(rewrite.argv, CONF_DIR)  # model=NAME: one line, exit 2
+        except PrefixSimError as err:
+            _error(str(err))
+            return 2
     import hydra
     from omegaconf import DictConfig
 
