@@ -366,7 +366,8 @@ def assert_one_failure_line(done: subprocess.CompletedProcess[str], *needles: st
 def test_a_killed_loky_worker_keeps_finished_points(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
     out = tmp_path / "out"
     args = [f"trace={small_trace}", "policy=S3FIFO", "capacity=100,200,300,400", f"out_dir={out}"]
-    done = killing_sweep(tmp_path, *args, "executor.n_jobs=2", "executor.batch_size=1", kill_at=400)
+    loky = ("executor=loky", "executor.n_jobs=2", "executor.batch_size=1")  # worker processes
+    done = killing_sweep(tmp_path, *args, *loky, kill_at=400)
     assert_one_failure_line(done, "a worker process was killed", "for want of memory")
     doc = manifest(out)
     assert doc["status"] == "failed" and "killed" in doc["error"]
@@ -386,7 +387,7 @@ def test_ctrl_c_while_workers_start_prints_no_worker_traceback(
     capacities = ",".join(str(c) for c in range(100, 900, 100))
     proc = subprocess.Popen(
         [sys.executable, "-m", "sweep", f"trace={small_trace}", "policy=S3FIFO",
-         f"capacity={capacities}", "executor.n_jobs=2", "executor.batch_size=1",
+         f"capacity={capacities}", "executor=loky", "executor.n_jobs=2", "executor.batch_size=1",
          f"out_dir={out}", "plot=false"],
         cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
