@@ -204,7 +204,7 @@ def test_cost_columns_charge_each_tier_its_medium(tmp_path: Path, small_trace: P
         assert row["hardware"] == "h100" and pd.isna(row["cache_tier"])
         # the single cache_tier rule (every hit from HBM) would give a different time
         single = prefill_cost(model, r.prompt_tokens, r.hit_tokens, 512, hw, "hbm").totals()
-        assert row["est_prefill_seconds"] > single["est_prefill_seconds"]  # type: ignore[operator]
+        assert row["est_prefill_seconds"] > single["est_prefill_seconds"]
         mine = pr[pr.point_id == row["point_id"]].sort_values("request")
         assert want.est_ttft_saved_seconds is not None
         np.testing.assert_array_equal(mine.est_ttft_saved_seconds, want.est_ttft_saved_seconds)
