@@ -140,6 +140,8 @@ def tier_reused_blocks(tier_hit_tokens: np.ndarray, block_size: int) -> np.ndarr
     b = int(block_size)
     if t.ndim != 2:
         raise ParameterError("tier_hit_tokens", f"shape {t.shape}", "expected [tier, request]")
+    if t.shape[0] < 2:  # one tier cannot hold two partial blocks of a request
+        return -(-t // b)
     partial = (t % b != 0).sum(axis=0)
     if t.size and int(partial.max()) > 1:
         r = int(np.flatnonzero(partial > 1)[0])
@@ -304,7 +306,8 @@ def prefill_cost(
     if hardware is not None:
         hardware.tier_bandwidth(tier)  # an unknown tier names cache_tier
     h = np.asarray(hit_tokens, dtype=np.int64)
-    _check_tokens(np.asarray(prompt_tokens, dtype=np.int64), h)  # errors name hit_tokens
+    if h.shape != np.shape(prompt_tokens):  # the error names hit_tokens, not the tiers
+        _check_tokens(np.asarray(prompt_tokens, dtype=np.int64), h)
     return prefill_cost_tiers(model, prompt_tokens, h.reshape(1, -1), block_size, hardware, [tier])
 
 
@@ -350,19 +353,22 @@ def prefill_cost_tiers(
         raise ParameterError("media", list(media), f"expected one per tier ({per_tier.shape[0]})")
     if len(n) and int(n.max()) > 2**31:
         raise ParameterError("prompt_tokens", int(n.max()), "expected at most 2**31 per request")
-    for t in range(per_tier.shape[0]):
-        _check_tokens(n, per_tier[t])  # each tier within [0, n]: the sum below cannot wrap
-    h = per_tier.sum(axis=0)
+    one = per_tier.shape[0] == 1  # a single cache: no sums over tiers (prefill_cost's speed)
+    if not one:
+        for t in range(per_tier.shape[0]):
+            _check_tokens(n, per_tier[t])  # each tier within [0, n]: the sum cannot wrap
+    h = per_tier[0] if one else per_tier.sum(axis=0)  # checked against n by prefill_flops
     per_block = model.kv_bytes_per_block(block_size)
     full = prefill_flops(model, n)
     done = prefill_flops(model, n, h)
     blocks = tier_reused_blocks(per_tier, block_size)
     # the tiers' blocks of a request sum to ceil(h / block_size) <= ceil(n / block_size)
-    total_blocks = blocks.sum(axis=0)
+    total_blocks = blocks[0] if one else blocks.sum(axis=0)
     if len(n) and int(total_blocks.max()) > INT64_MAX // per_block:
         raise ParameterError("reused_bytes", int(total_blocks.max()) * per_block, "past int64")
     tier_reused = blocks * np.int64(per_block)
-    reused = total_blocks * np.int64(per_block)
+    reused = tier_reused[0] if one else total_blocks * np.int64(per_block)
+    total_reused = _exact_sum(reused, "reused_bytes")
     # exact totals: flops(n, 0) - flops(n, h) = 2 P h + c (h (h + 1)), summed in integers
     coeff = _attention_coefficient(model)
     total_full = 2 * model.active_params * _exact_sum(n, "prompt_tokens", None) + coeff * (
@@ -378,9 +384,11 @@ def prefill_cost_tiers(
         "kv_bytes_per_block": per_block,
         "total_flops": total_full,
         "total_flops_saved": total_saved,
-        "total_reused_bytes": _exact_sum(reused, "reused_bytes"),
+        "total_reused_bytes": total_reused,
         "tier_reused_bytes": tier_reused,
-        "tier_total_reused_bytes": tuple(_exact_sum(row, "reused_bytes") for row in tier_reused),
+        "tier_total_reused_bytes": (
+            (total_reused,) if one else tuple(_exact_sum(r, "reused_bytes") for r in tier_reused)
+        ),
     }
     if hardware is None:
         return PrefillCost(**common)
