@@ -156,3 +156,67 @@ def test_tier_split_figure(tmp_path: Path, small_trace: Path) -> None:  # noqa: 
     single = df.assign(policy="LRU")
     with pytest.raises(NoTierPoints):
         tier_split_figure(single)
+
+
+# --- the cost columns of a hierarchy (model= and hardware=) ------------------------------------
+
+
+def test_cost_columns_charge_each_tier_its_medium(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    from prefixsim.cost import prefill_cost, prefill_cost_tiers
+    from prefixsim.hardware import load_hardware
+    from prefixsim.models import load_model
+    from test_cost_sweep import hardware_config, model_config
+
+    model, hw = load_model("llama-3.1-8b"), load_hardware("h100")
+    tiers = TiersConfig(
+        order=["hbm", "ssd"],
+        mode=["exclusive", "inclusive"],
+        hbm=TierConfig(policy=["LRU"], capacity=[32], medium="hbm"),
+        ssd=TierConfig(policy=["S3FIFO"], capacity=[512], medium="nvme"),
+    )
+    out = tmp_path / "run"
+    kw = {"model": model_config("llama-3.1-8b"), "hardware": hardware_config("h100")}
+    assert run_sweep(config(out, small_trace, tiers=tiers, **kw)).exit_code == 0
+    df = pd.read_parquet(out / "results.parquet")
+    pr = pd.read_parquet(out / "per_request.parquet")
+    trace = prefixsim.load_trace(small_trace)
+    assert len(df) == 2
+    for row in df.to_dict("records"):
+        r = replay_tiers(trace, json.loads(row["tiers"]), row["mode"])
+        assert r.total_tier_hit_tokens[1] > 0  # hits from NVMe, or the test proves nothing
+        want = prefill_cost_tiers(
+            model, r.prompt_tokens, r.tier_hit_tokens, 512, hw, ["hbm", "nvme"]
+        )
+        totals = want.totals()
+        for col in (
+            "prefill_flops",
+            "prefill_flops_saved",
+            "reused_bytes",
+            "est_prefill_seconds_no_cache",
+            "est_prefill_seconds",
+            "est_ttft_saved_seconds",
+            "est_break_even_bandwidth",
+        ):
+            assert row[col] == totals[col], col
+        # cache_bytes: the tiers' sum, 544 blocks of 64 MiB; no single cache_tier
+        assert row["cache_bytes"] == (32 + 512) * 64 * 2**20
+        assert row["hardware"] == "h100" and pd.isna(row["cache_tier"])
+        # the single cache_tier rule (every hit from HBM) would give a different time
+        single = prefill_cost(model, r.prompt_tokens, r.hit_tokens, 512, hw, "hbm").totals()
+        assert row["est_prefill_seconds"] > single["est_prefill_seconds"]
+        mine = pr[pr.point_id == row["point_id"]].sort_values("request")
+        assert want.est_ttft_saved_seconds is not None
+        np.testing.assert_array_equal(mine.est_ttft_saved_seconds, want.est_ttft_saved_seconds)
+        np.testing.assert_array_equal(mine.prefill_flops_saved, want.prefill_flops_saved)
+    # a model without hardware: bytes and FLOPs, no medium needed, no est_ columns
+    plain = TiersConfig(order=["hbm"], hbm=TierConfig(policy=["LRU"], capacity=[32]))
+    run_sweep(config(tmp_path / "b", small_trace, tiers=plain, model=kw["model"]))
+    b = pd.read_parquet(tmp_path / "b" / "results.parquet").iloc[0]
+    assert b["cache_bytes"] == 32 * 64 * 2**20 and pd.isna(b["est_prefill_seconds"])
+
+
+def test_hardware_needs_every_tier_medium() -> None:
+    with pytest.raises(prefixsim.ParameterError, match=r"tiers\.hbm\.medium=None.*needed"):
+        plan_grid(compose("tiers=hbm_dram", "model=llama-3.1-8b", "tiers.hbm.medium=null"))
+    # without a model nothing is costed, so no medium is needed
+    assert plan_grid(compose("tiers=hbm_dram", "tiers.hbm.medium=null"))[0].cache_bytes is None

@@ -12,6 +12,8 @@ the first use of a name that needs them, e.g. ``prefixsim.replay``.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from .errors import ParameterError, PrefixSimError, TraceError
@@ -76,6 +78,21 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
+
+
+class _Package(types.ModuleType):
+    """``replay`` is both a submodule and the function it defines. Importing the submodule sets
+    the package attribute to the module; the package keeps the function there instead, as it
+    did when it imported everything eagerly (``prefixsim.replay(...)`` works whatever was
+    imported first)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType) and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [

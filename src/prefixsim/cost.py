@@ -23,7 +23,22 @@ and the tier the cache is kept in::
                               + ceil(h / block_size) * kv_bytes_per_block / bandwidth[tier]
     est_ttft_saved_seconds    = est_prefill_seconds(n, 0) - est_prefill_seconds(n, h)
 
-(negative when loading the reused blocks costs more than recomputing them). The
+(negative when loading the reused blocks costs more than recomputing them). For a
+hierarchy of tiers (:mod:`prefixsim.tiers`) the transfer term is one per tier, each at the
+bandwidth of the medium the tier's blocks live in::
+
+    est_prefill_seconds(n, h) = flops(n, h) / effective_flops
+                              + sum over tiers t of ceil(h[t] / block_size) * kv_bytes_per_block
+                                                    / bandwidth[medium[t]]
+
+where ``h[t]`` are the hit tokens credited to tier ``t`` and ``h = sum h[t]``. This is the
+single-tier rule split by tier, exactly: the reused blocks are the ``ceil(h / block_size)``
+leading blocks, every one of them full except possibly the last (the clamp to the prompt), so
+``h[t]`` is ``block_size`` times the full blocks found in ``t``, plus the partial block's
+tokens in the one tier that held it; ``ceil`` per tier counts that partial block once, and the
+per-tier counts sum to ``ceil(h / block_size)``. Input with a partial block in two tiers of one
+request cannot come from a replay and is refused. :func:`prefill_cost` is this with one tier.
+The
 **break-even bandwidth** of a block is the bandwidth below which loading it costs more than
 recomputing it: ``kv_bytes_per_block * effective_flops / flops_of_that_block``; the first
 block of a prompt is the cheapest to recompute, so a tier faster than its break-even bandwidth
@@ -36,7 +51,8 @@ rounded once to float64. Bytes and block counts are exact ints (int64 per reques
 against overflow; totals as Python ints).
 
 Public names (stable): :func:`prefill_flops`, :func:`prefill_flops_reference`,
-:func:`reused_blocks`, :class:`PrefillCost`, :func:`prefill_cost`, :func:`prefill_cost_reference`,
+:func:`reused_blocks`, :func:`tier_reused_blocks`, :class:`PrefillCost`, :func:`prefill_cost`,
+:func:`prefill_cost_reference`, :func:`prefill_cost_tiers`, :func:`prefill_cost_tiers_reference`,
 :func:`block_recompute_flops`, :func:`break_even_bandwidth`, :func:`break_even_block`,
 :func:`capacity_blocks`.
 """
@@ -44,6 +60,7 @@ Public names (stable): :func:`prefill_flops`, :func:`prefill_flops_reference`,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +128,30 @@ def reused_blocks(hit_tokens: np.ndarray, block_size: int) -> np.ndarray:
     clamped to a prompt that ends inside a block still loads that whole block."""
     h = np.asarray(hit_tokens, dtype=np.int64)
     return -(-h // int(block_size))
+
+
+def tier_reused_blocks(tier_hit_tokens: np.ndarray, block_size: int) -> np.ndarray:
+    """Blocks each request loads from each tier: ``ceil(tier_hit_tokens[t, r] / block_size)``
+    (int64 ``[tier, request]``). Their sum over tiers is ``ceil(hit_tokens / block_size)``
+    because only a request's last reused block can be partial, so at most one tier per request
+    holds a number of tokens that is not a multiple of ``block_size``; input with two such tiers
+    (which no replay gives) is a :class:`ParameterError`."""
+    t = np.asarray(tier_hit_tokens, dtype=np.int64)
+    b = int(block_size)
+    if t.ndim != 2:
+        raise ParameterError("tier_hit_tokens", f"shape {t.shape}", "expected [tier, request]")
+    if t.shape[0] < 2:  # one tier cannot hold two partial blocks of a request
+        return -(-t // b)
+    partial = (t % b != 0).sum(axis=0)
+    if t.size and int(partial.max()) > 1:
+        r = int(np.flatnonzero(partial > 1)[0])
+        raise ParameterError(
+            f"tier_hit_tokens[:, {r}]",
+            t[:, r].tolist(),
+            f"a partial block (not a multiple of block_size={b}) in more than one tier; only "
+            "the last reused block can be partial",
+        )
+    return -(-t // b)
 
 
 def block_recompute_flops(model: ModelProfile, block_size: int, block_index: int = 0) -> int:
@@ -200,6 +241,14 @@ class PrefillCost:
     """Bytes/s below which loading a prompt's first block costs more than recomputing it."""
     effective_flops: float | None = None
     bandwidth: float | None = None
+    """The tier's bandwidth (bytes/s) of a single cache; None for several tiers."""
+    tier_reused_bytes: np.ndarray | None = None
+    """int64 ``[tier, request]``: ``ceil(h[t] / block_size) * kv_bytes_per_block``; sums over
+    tiers to :attr:`reused_bytes`."""
+    tier_total_reused_bytes: tuple[int, ...] = ()
+    """Exact sum over requests of each tier's reused bytes."""
+    tier_bandwidths: tuple[float, ...] | None = None
+    """Bytes/s from each tier's medium to the GPU (with hardware)."""
 
     def totals(self) -> dict[str, float | int | None]:
         """Sums over requests: FLOPs from the exact integer totals (one rounding to float64),
@@ -214,8 +263,13 @@ class PrefillCost:
             "est_ttft_saved_seconds": None,
             "est_break_even_bandwidth": self.est_break_even_bandwidth,
         }
-        if self.effective_flops is not None and self.bandwidth is not None:
-            transfer = self.total_reused_bytes / self.bandwidth
+        if self.effective_flops is not None and self.tier_bandwidths is not None:
+            # one transfer term per tier, in tier order (one tier: total / bandwidth, as ever)
+            transfer = 0.0
+            for total, bandwidth in zip(
+                self.tier_total_reused_bytes, self.tier_bandwidths, strict=True
+            ):
+                transfer += total / bandwidth
             done = self.total_flops - self.total_flops_saved
             out["est_prefill_seconds_no_cache"] = self.total_flops / self.effective_flops
             out["est_prefill_seconds"] = done / self.effective_flops + transfer
@@ -247,16 +301,74 @@ def prefill_cost(
     tier: str = "hbm",
 ) -> PrefillCost:
     """Per-request prefill FLOPs, FLOPs saved and reused bytes, and with ``hardware`` the
-    estimated prefill time with and without the cache kept in ``tier`` (vectorised)."""
-    n = np.asarray(prompt_tokens, dtype=np.int64)
+    estimated prefill time with and without the cache kept in ``tier`` (vectorised): the
+    one-tier case of :func:`prefill_cost_tiers`."""
+    if hardware is not None:
+        hardware.tier_bandwidth(tier)  # an unknown tier names cache_tier
     h = np.asarray(hit_tokens, dtype=np.int64)
+    if h.shape != np.shape(prompt_tokens):  # the error names hit_tokens, not the tiers
+        _check_tokens(np.asarray(prompt_tokens, dtype=np.int64), h)
+    return prefill_cost_tiers(model, prompt_tokens, h.reshape(1, -1), block_size, hardware, [tier])
+
+
+def _tier_bandwidths(hardware: HardwareProfile, media: Sequence[str | None]) -> list[float]:
+    """Bytes/s of each tier's medium; a tier without one, or one the hardware lacks, is a
+    :class:`ParameterError` naming ``tiers[t].medium``."""
+    out = []
+    for t, medium in enumerate(media):
+        if medium is None:
+            raise ParameterError(
+                f"tiers[{t}].medium",
+                None,
+                "needed for the est_ transfer time (hbm, dram_pcie, rdma or nvme)",
+            )
+        try:
+            out.append(hardware.tier_bandwidth(medium))
+        except ParameterError as err:
+            raise ParameterError(f"tiers[{t}].medium", medium, err.allowed) from None
+    return out
+
+
+def prefill_cost_tiers(
+    model: ModelProfile,
+    prompt_tokens: np.ndarray,
+    tier_hit_tokens: np.ndarray,
+    block_size: int,
+    hardware: HardwareProfile | None = None,
+    media: Sequence[str | None] = (),
+) -> PrefillCost:
+    """:func:`prefill_cost` of a hierarchy (vectorised): ``tier_hit_tokens`` is int64
+    ``[tier, request]`` (``TieredResult.tier_hit_tokens``), ``media`` each tier's medium
+    (fastest first; needed with ``hardware`` only). FLOPs come from the hit tokens summed over
+    tiers; each tier's reused blocks are charged at its medium's bandwidth."""
+    n = np.asarray(prompt_tokens, dtype=np.int64)
+    per_tier = np.asarray(tier_hit_tokens, dtype=np.int64)
+    if per_tier.ndim != 2 or per_tier.shape[1] != n.shape[0] or per_tier.shape[0] < 1:
+        raise ParameterError(
+            "tier_hit_tokens",
+            f"shape {per_tier.shape}",
+            f"expected [tier, request] with {n.shape[0]} requests and at least one tier",
+        )
+    if hardware is not None and len(media) != per_tier.shape[0]:
+        raise ParameterError("media", list(media), f"expected one per tier ({per_tier.shape[0]})")
+    if len(n) and int(n.max()) > 2**31:
+        raise ParameterError("prompt_tokens", int(n.max()), "expected at most 2**31 per request")
+    one = per_tier.shape[0] == 1  # a single cache: no sums over tiers (prefill_cost's speed)
+    if not one:
+        for t in range(per_tier.shape[0]):
+            _check_tokens(n, per_tier[t])  # each tier within [0, n]: the sum cannot wrap
+    h = per_tier[0] if one else per_tier.sum(axis=0)  # checked against n by prefill_flops
     per_block = model.kv_bytes_per_block(block_size)
     full = prefill_flops(model, n)
     done = prefill_flops(model, n, h)
-    blocks = reused_blocks(h, block_size)
-    if len(blocks) and int(blocks.max()) > INT64_MAX // per_block:
-        raise ParameterError("reused_bytes", int(blocks.max()) * per_block, "past int64")
-    reused = blocks * np.int64(per_block)
+    blocks = tier_reused_blocks(per_tier, block_size)
+    # the tiers' blocks of a request sum to ceil(h / block_size) <= ceil(n / block_size)
+    total_blocks = blocks[0] if one else blocks.sum(axis=0)
+    if len(n) and int(total_blocks.max()) > INT64_MAX // per_block:
+        raise ParameterError("reused_bytes", int(total_blocks.max()) * per_block, "past int64")
+    tier_reused = blocks * np.int64(per_block)
+    reused = tier_reused[0] if one else total_blocks * np.int64(per_block)
+    total_reused = _exact_sum(reused, "reused_bytes")
     # exact totals: flops(n, 0) - flops(n, h) = 2 P h + c (h (h + 1)), summed in integers
     coeff = _attention_coefficient(model)
     total_full = 2 * model.active_params * _exact_sum(n, "prompt_tokens", None) + coeff * (
@@ -272,14 +384,20 @@ def prefill_cost(
         "kv_bytes_per_block": per_block,
         "total_flops": total_full,
         "total_flops_saved": total_saved,
-        "total_reused_bytes": _exact_sum(reused, "reused_bytes"),
+        "total_reused_bytes": total_reused,
+        "tier_reused_bytes": tier_reused,
+        "tier_total_reused_bytes": (
+            (total_reused,) if one else tuple(_exact_sum(r, "reused_bytes") for r in tier_reused)
+        ),
     }
     if hardware is None:
         return PrefillCost(**common)
     eff = hardware.effective_flops
-    bandwidth = hardware.tier_bandwidth(tier)
+    bandwidths = _tier_bandwidths(hardware, media)
     no_cache = full / eff
-    with_cache = done / eff + reused.astype(np.float64) / bandwidth
+    with_cache = done / eff
+    for row, bandwidth in zip(tier_reused, bandwidths, strict=True):
+        with_cache = with_cache + row.astype(np.float64) / bandwidth  # tier order, as totals()
     return PrefillCost(
         **common,
         est_prefill_seconds_no_cache=no_cache,
@@ -287,7 +405,8 @@ def prefill_cost(
         est_ttft_saved_seconds=no_cache - with_cache,
         est_break_even_bandwidth=break_even_bandwidth(model, hardware, block_size),
         effective_flops=eff,
-        bandwidth=bandwidth,
+        bandwidth=bandwidths[0] if len(bandwidths) == 1 else None,
+        tier_bandwidths=tuple(bandwidths),
     )
 
 
@@ -312,6 +431,51 @@ def prefill_cost_reference(
         eff = hardware.effective_flops
         no_cache = full / eff
         with_cache = done / eff + out["reused_bytes"] / hardware.tier_bandwidth(tier)
+        out["est_prefill_seconds_no_cache"] = no_cache
+        out["est_prefill_seconds"] = with_cache
+        out["est_ttft_saved_seconds"] = no_cache - with_cache
+    return out
+
+
+def prefill_cost_tiers_reference(
+    model: ModelProfile,
+    prompt_tokens: int,
+    tier_hit_tokens: Sequence[int],
+    block_size: int,
+    hardware: HardwareProfile | None = None,
+    media: Sequence[str | None] = (),
+) -> dict[str, object]:
+    """One request's :func:`prefill_cost_tiers`, in plain Python: ``tier_hit_tokens[t]`` are
+    the hit tokens credited to tier ``t`` (fastest first), ``media[t]`` where its blocks live."""
+    hit_tokens = sum(tier_hit_tokens)
+    full = prefill_flops_reference(model, prompt_tokens, 0)
+    done = prefill_flops_reference(model, prompt_tokens, hit_tokens)
+    per_block = model.kv_bytes_per_block(block_size)
+    # Tier t holds its full blocks (block_size tokens each) and, in at most one tier, the
+    # request's partial last block: ceil counts that block once, in the tier that held it.
+    partial_tiers = [t for t, tokens in enumerate(tier_hit_tokens) if tokens % block_size]
+    if len(partial_tiers) > 1:
+        raise ParameterError(
+            "tier_hit_tokens", list(tier_hit_tokens), "a partial block in more than one tier"
+        )
+    tier_blocks = [(tokens + block_size - 1) // block_size for tokens in tier_hit_tokens]
+    assert sum(tier_blocks) == (hit_tokens + block_size - 1) // block_size
+    tier_bytes = [blocks * per_block for blocks in tier_blocks]
+    out: dict[str, object] = {
+        "prefill_flops": full,
+        "prefill_flops_saved": full - done,
+        "reused_bytes": sum(tier_bytes),
+        "tier_reused_bytes": tier_bytes,
+    }
+    if hardware is not None:
+        eff = hardware.effective_flops
+        no_cache = full / eff
+        with_cache = done / eff
+        for t, reused in enumerate(tier_bytes):  # one transfer per tier, at its medium's rate
+            medium = media[t]
+            if medium is None:
+                raise ParameterError(f"tiers[{t}].medium", None, "needed for the est_ time")
+            with_cache += reused / hardware.tier_bandwidth(medium)
         out["est_prefill_seconds_no_cache"] = no_cache
         out["est_prefill_seconds"] = with_cache
         out["est_ttft_saved_seconds"] = no_cache - with_cache

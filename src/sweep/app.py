@@ -52,7 +52,7 @@ from .store import (
     describe_os_error,
     part_list_name,
 )
-from .tiers import tier_columns
+from .tiers import hierarchy_cost_inputs, tier_columns
 
 log = logging.getLogger("sweep")
 
@@ -245,7 +245,9 @@ def _cost_columns(
         if o.hit_tokens is None:  # cannot happen: hits are kept for every point with a model
             raise RuntimeError(f"point {p.point_id}: no hit tokens for the cost columns")
         prompt = traces[p.trace_sha256].input_lengths
-        totals, per_request = setup.point_columns(prompt, o.hit_tokens, p.block_size)
+        totals, per_request = setup.point_columns(
+            prompt, o.hit_tokens, p.block_size, **hierarchy_cost_inputs(p.params, o)
+        )
         rows.append(totals)
         for c, values in per_request.items():
             lists.setdefault(c, []).append(values)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import ParameterError
-from prefixsim.cost import capacity_from_size, prefill_cost
+from prefixsim.cost import capacity_from_size, prefill_cost, prefill_cost_tiers
 from prefixsim.hardware import HardwareProfile, load_hardware
 from prefixsim.models import ModelProfile, load_model, profile_dir
 from prefixsim.units import MAX_BYTES
@@ -40,7 +40,9 @@ RESULT_COST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("est_break_even_bandwidth", "float64"),
 )
 """Columns of results.parquet from the cost model (null without a model; est_ ones, hardware
-and cache_tier also null without hardware), in order, with their Arrow type names."""
+and cache_tier also null without hardware), in order, with their Arrow type names. A hierarchy
+row's est_ columns charge each tier's hits at its medium (``tier{t}_medium``), its
+``cache_tier`` is null and its ``cache_bytes`` the sum over its tiers."""
 
 PER_REQUEST_COST_COLUMNS: tuple[str, ...] = ("prefill_flops_saved", "est_ttft_saved_seconds")
 """float64 columns of per_request.parquet from the cost model (null without a model)."""
@@ -71,17 +73,33 @@ class CostSetup:
         return {"cost": hashlib.sha256(text.encode()).hexdigest()[:20]}
 
     def point_columns(
-        self, prompt_tokens: np.ndarray, hit_tokens: np.ndarray, block_size: int
+        self,
+        prompt_tokens: np.ndarray,
+        hit_tokens: np.ndarray,
+        block_size: int,
+        *,
+        tier_hit_tokens: np.ndarray | None = None,
+        media: Sequence[str | None] = (),
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """A point's result columns (totals) and per-request columns."""
-        cost = prefill_cost(
-            self.model, prompt_tokens, hit_tokens, block_size, self.hardware, self.tier
-        )
+        """A point's result columns (totals) and per-request columns. A hierarchy point gives
+        its ``tier_hit_tokens`` ``[tier, request]`` and each tier's medium: each tier's hits are
+        charged at that medium's bandwidth (``cache_tier`` is then null: the media are the
+        ``tier{t}_medium`` columns)."""
+        if tier_hit_tokens is None:
+            cost = prefill_cost(
+                self.model, prompt_tokens, hit_tokens, block_size, self.hardware, self.tier
+            )
+            tier: str | None = self.tier
+        else:
+            cost = prefill_cost_tiers(
+                self.model, prompt_tokens, tier_hit_tokens, block_size, self.hardware, media
+            )
+            tier = None
         totals: dict[str, Any] = {
             "model": self.model.name,
             "kv_dtype": self.model.kv_dtype,
             "hardware": None if self.hardware is None else self.hardware.name,
-            "cache_tier": None if self.hardware is None else self.tier,
+            "cache_tier": None if self.hardware is None else tier,
             "kv_bytes_per_block": cost.kv_bytes_per_block,
         }
         totals.update(cost.totals())

@@ -85,6 +85,9 @@ class Outcome:
     hit_tokens: np.ndarray | None = None
     cluster: dict[str, Any] | None = None
     """A cluster point's columns (``sweep.cluster.RESULT_FIELDS``); None otherwise."""
+    tier_hit_tokens: np.ndarray | None = None
+    """A hierarchy point's hit tokens per tier, int64 ``[tier, request]`` (kept with the hit
+    tokens: the cost columns charge each tier's hits at its medium's bandwidth)."""
 
 
 _LOCAL_TRACES: dict[str, Trace] = {}
@@ -145,6 +148,9 @@ def _outcome(
         counters=dict(r.counters),
         seconds=r.seconds,
         hit_tokens=r.hit_tokens if per_request else None,
+        tier_hit_tokens=(
+            r.tier_hit_tokens if per_request and isinstance(r, prefixsim.TieredResult) else None
+        ),
     )
 
 

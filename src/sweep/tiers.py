@@ -20,16 +20,20 @@ import pyarrow as pa
 
 import prefixsim
 from prefixsim import ParameterError, PolicyParams, Trace
+from prefixsim.hardware import HardwareProfile
 from prefixsim.tiers import (
     COUNTER_NAMES,
+    MEDIA,
     Hierarchy,
     Tier,
     TieredResult,
     make_tier,
     replay_hierarchy,
 )
+from prefixsim.units import MAX_BYTES
 
 from .config import POLICY_PARAM_KEYS, TIER_LEVELS, SweepConfig, TierConfig
+from .costing import CostSetup, cost_setup
 
 if TYPE_CHECKING:
     from .grid import GridPoint, Point
@@ -111,12 +115,54 @@ def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
                 raise ParameterError(f"tiers.{name}", err.value, err.allowed) from None
             hierarchies.append(hierarchy)
     block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
+    setup = cost_setup(cfg)
+    if setup is not None and setup.hardware is not None:
+        for level in levels:  # every tier's hits are charged at its medium's bandwidth
+            _check_medium(level, getattr(tc, level).medium, setup.hardware)
     return [
-        GridPoint(trace, h, b)
+        GridPoint(trace, h, b, _hierarchy_bytes(h, b, setup))
         for trace in _unique(cfg.trace)
         for h in hierarchies
         for b in block_sizes
     ]
+
+
+def _check_medium(level: str, medium: str | None, hardware: HardwareProfile) -> None:
+    """With hardware, a tier needs a medium the hardware has a bandwidth for."""
+    if medium is None:
+        raise ParameterError(
+            f"tiers.{level}.medium",
+            None,
+            f"needed for the est_ columns with hardware={hardware.name} (one of "
+            f"{', '.join(MEDIA)})",
+        )
+    try:
+        hardware.tier_bandwidth(medium)
+    except ParameterError as err:
+        raise ParameterError(f"tiers.{level}.medium", medium, err.allowed) from None
+
+
+def _hierarchy_bytes(h: Hierarchy, block_size: int, setup: CostSetup | None) -> int | None:
+    """A hierarchy's ``cache_bytes`` with a model: the sum over its tiers (None without)."""
+    if setup is None:
+        return None
+    total = h.capacity * setup.model.kv_bytes_per_block(block_size)  # capacity: the tiers' sum
+    if total > MAX_BYTES:
+        raise ParameterError("tiers", h.describe(), f"{total} bytes: past int64")
+    return total
+
+
+def hierarchy_cost_inputs(params: PolicyParams, outcome: Outcome) -> dict[str, Any]:
+    """The keyword arguments of :meth:`CostSetup.point_columns` that make a hierarchy point's
+    cost per tier (none for a single cache)."""
+    if not isinstance(params, Hierarchy):
+        return {}
+    if outcome.tier_hit_tokens is None:  # cannot happen: kept with the hit tokens
+        raise RuntimeError(f"point {outcome.point_id}: no tier hit tokens for the cost columns")
+    return {
+        "tier_hit_tokens": outcome.tier_hit_tokens,
+        "media": [t.medium for t in params.tiers],
+    }
 
 
 def replay_point(

@@ -15,8 +15,8 @@ from ..policies import PolicyParams, get_policy
 MODES: tuple[str, ...] = ("exclusive", "inclusive")
 MEDIA: tuple[str, ...] = ("hbm", "dram_pcie", "rdma", "nvme")
 """Where a tier's blocks live: the names of the hardware profiles' tiers of the cost model
-(issue 11: ``prefixsim.hardware.TIERS``), whose bandwidth a hit from the tier will be charged
-at; recorded only, until that wiring lands (``docs/tiers.md``)."""
+(``prefixsim.hardware.TIERS``), whose bandwidth a hit from the tier is charged at by
+:func:`prefixsim.cost.prefill_cost_tiers` (``docs/tiers.md``); the replay ignores it."""
 COUNTER_NAMES: tuple[str, ...] = (
     "hits",
     "admissions",
