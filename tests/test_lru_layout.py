@@ -20,8 +20,8 @@ from strategies import conversations
 
 def test_link_limits_are_the_dtype_minimums() -> None:
     # ~n = -n - 1 must be >= the dtype's minimum: n <= 2**15 - 1 (int16), 2**31 - 1 (int32).
-    assert ~LINK16_MAX_BLOCKS == np.iinfo(np.int16).min
-    assert ~LINK32_MAX_BLOCKS == np.iinfo(np.int32).min
+    assert np.iinfo(np.int16).min == ~LINK16_MAX_BLOCKS
+    assert np.iinfo(np.int32).min == ~LINK32_MAX_BLOCKS
 
 
 def _boundary_trace(n_blocks: int) -> Trace:
