@@ -183,7 +183,10 @@ def main() -> None:
         gen = generate(n, path) if not path.exists() else float("nan")
         env = dict(os.environ, PREFIXSIM_CACHE_DIR=str(folder / "cache"))
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(path), str(args.reps), str(Path(__file__).parent)], capture_output=True, text=True, env=env
+            [sys.executable, "-c", CHILD, str(path), str(args.reps), str(Path(__file__).parent)],
+            capture_output=True,
+            text=True,
+            env=env,
         )
         if proc.returncode:
             print(f"{n:>10} failed: {proc.stderr.strip().splitlines()[-1]}")
