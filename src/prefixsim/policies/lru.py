@@ -68,7 +68,8 @@ class LRUReference(ReferencePolicy):
 # each of two arrays (on 100M+ distinct blocks those are cache misses). ``resident`` stays a
 # separate dense bool array: the prefix scan and the hit test read only it, and at one byte
 # per block it stays in the CPU caches far longer than the links (keeping residency in the
-# link rows instead measured 25-40% slower, on the bundled trace and at 10M requests alike).
+# link rows instead, or a capacity-sized node pool behind a per-block slot index, measured
+# slower in most runs: see README, "Millions of requests").
 # int32 links are exact: dense block ids are int32. ``size`` never exceeds ``capacity``.
 
 
