@@ -1,14 +1,18 @@
 """Traces of millions of requests: generate, load, replay; the growth from 100K to 10M requests.
 
     python experiments/bench_scale.py [--sizes 100000,1000000,10000000] [--dir DIR] [--keep]
+                                      [--reps 5]
 
 For each size, ``prefixsim.synth --like conversation`` (seed 1) writes a Mooncake JSONL file
 (block_size 512); then a fresh process loads it without the cache (the streaming parser) and
 prints the load time, the peak RSS of the load against the final arrays' bytes, and replays it
-with S3FIFO and LRU at 65,536 blocks (kernel only, second call, median of three). The bundled
-trace's replay throughput is measured in the same process, as the baseline. The files are
-deleted unless ``--keep``. Targets (issue 12): >= 1M requests parsed per 3 s; load peak
-<= 2.5x the final arrays; replay >= 50% of the bundled trace's throughput.
+with S3FIFO and LRU at 65,536 blocks (kernel only, after one untimed call, median of ``--reps``).
+The bundled trace's replay throughput (4,096 blocks) is measured in the same process, as the
+baseline, and so is the LRU kernel before its per-block state was interleaved
+(:func:`old_lru_kernel`, a copy kept here only as that baseline): old and new alternate within
+each repetition, and their per-request hit tokens must be equal. The files are deleted unless
+``--keep`` (an existing file in ``--dir`` is reused). Targets (issue 12): >= 1M requests parsed
+per 3 s; load peak <= 2.5x the final arrays; replay >= 50% of the bundled trace's throughput.
 """
 
 from __future__ import annotations
@@ -22,10 +26,77 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def old_lru_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
+    """The LRU kernel of commit df50f72 (three arrays: ``resident``, ``prev``, ``nxt``), verbatim
+    but for comments: the baseline of the interleaved one."""
+    resident = np.zeros(n_blocks, np.bool_)
+    prev = np.empty(n_blocks, np.int32)
+    nxt = np.empty(n_blocks, np.int32)
+    head = -1
+    tail = -1
+    size = 0
+    hits = 0
+    evictions = 0
+    n_requests = input_lengths.shape[0]
+    hit_tokens = np.empty(n_requests, np.int64)
+    for r in range(n_requests):
+        start = offsets[r]
+        end = offsets[r + 1]
+        k = start
+        while k < end and resident[block_ids[k]]:
+            k += 1
+        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        for i in range(start, end):
+            h = block_ids[i]
+            if resident[h]:
+                hits += 1
+                if h == tail:
+                    continue
+                p = prev[h]
+                n = nxt[h]
+                if p >= 0:
+                    nxt[p] = n
+                else:
+                    head = n
+                prev[n] = p
+            else:
+                if size >= capacity:
+                    victim = head
+                    head = nxt[victim]
+                    if head >= 0:
+                        prev[head] = -1
+                    else:
+                        tail = -1
+                    resident[victim] = False
+                    size -= 1
+                    evictions += 1
+                resident[h] = True
+                size += 1
+            prev[h] = tail
+            nxt[h] = -1
+            if tail >= 0:
+                nxt[tail] = h
+            else:
+                head = h
+            tail = h
+    cnt[0] += hits
+    cnt[1] += evictions
+    return hit_tokens, size
+
+
 CHILD = r"""
 import json, resource, statistics, sys, time
 import pathlib, tempfile
+import numpy as np
 import prefixsim
+sys.path.insert(0, sys.argv[3])
+from bench_scale import old_lru_kernel
+REPS = int(sys.argv[2])
 from prefixsim.formats import mooncake_stream
 path = sys.argv[1]
 with tempfile.TemporaryDirectory() as tmp:  # load the compiled parser before measuring
@@ -54,15 +125,31 @@ arrays = sum(getattr(trace, f).nbytes for f in ("timestamps", "input_lengths", "
 out = {"requests": trace.n_requests, "accesses": trace.n_accesses, "blocks": trace.n_blocks,
        "load_s": load, "peak_load": peak_load - before, "arrays": arrays}
 bundled = prefixsim.load_trace("conversation")
-for policy in ("S3FIFO", "LRU"):
-    for name, tr, cap in (("bundled", bundled, 4096), ("trace", trace, 65536)):
-        prefixsim.replay(tr, policy, cap)
-        times = []
-        for _ in range(3):
-            t = time.perf_counter()
-            prefixsim.replay(tr, policy, cap)
-            times.append(time.perf_counter() - t)
-        out[f"{policy}_{name}"] = tr.n_accesses / statistics.median(times)
+specs = {"S3FIFO": prefixsim.get_policy("S3FIFO"), "LRU": prefixsim.get_policy("LRU")}
+kernels = {"S3FIFO": specs["S3FIFO"].kernel, "LRU": specs["LRU"].kernel, "LRU_old": old_lru_kernel}
+def run(variant, tr, cap):
+    policy = variant.removesuffix("_old")
+    extra = specs[policy].kernel_args(prefixsim.make_params(policy, cap))
+    cnt = np.zeros(4, np.int64)
+    t, c = time.perf_counter(), time.thread_time()
+    hits, final = kernels[variant](tr.block_ids, tr.offsets, tr.input_lengths, tr.n_blocks, 512,
+                                   cnt, *extra)
+    return time.perf_counter() - t, hits, cnt, time.thread_time() - c
+for name, tr, cap in (("bundled", bundled, 4096), ("trace", trace, 65536)):
+    first = {v: run(v, tr, cap) for v in kernels}  # untimed (compiles or loads the kernels)
+    assert np.array_equal(first["LRU"][1], first["LRU_old"][1]), "old and new LRU differ"
+    assert np.array_equal(first["LRU"][2], first["LRU_old"][2]), "old and new LRU counters differ"
+    times = {v: [] for v in kernels}
+    cpu = {v: [] for v in kernels}
+    for rep in range(REPS):  # alternating, in a rotating order
+        order = list(kernels)[rep % 3:] + list(kernels)[:rep % 3]
+        for v in order:
+            wall, _, _, busy = run(v, tr, cap)
+            times[v].append(wall)
+            cpu[v].append(busy)
+    for v in kernels:
+        out[f"{v}_{name}"] = tr.n_accesses / statistics.median(times[v])
+        out[f"{v}_{name}_cpu"] = tr.n_accesses / statistics.median(cpu[v])
 out["peak_total"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps(out))
 """
@@ -85,20 +172,25 @@ def main() -> None:
     ap.add_argument("--sizes", default="100000,1000000,10000000")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     folder = Path(args.dir or tempfile.mkdtemp(prefix="bench_scale."))
     folder.mkdir(parents=True, exist_ok=True)
     print(
         f"{'requests':>10} {'accesses':>12} {'file MB':>8} {'gen s':>6} {'load s':>7} "
         f"{'req/3s':>9} {'arrays MB':>9} {'load +MB':>9} {'x arrays':>8} "
-        f"{'S3FIFO M/s':>10} {'(bundled)':>9} {'LRU M/s':>8} {'(bundled)':>9}"
+        f"{'S3FIFO M/s':>10} {'(bundled)':>9} {'LRU M/s':>8} {'(bundled)':>9} "
+        f"{'old LRU':>8} {'(bundled)':>9}"
     )
     for n in (int(s) for s in args.sizes.split(",")):
         path = folder / f"synth_{n}.jsonl"
         gen = generate(n, path) if not path.exists() else float("nan")
         env = dict(os.environ, PREFIXSIM_CACHE_DIR=str(folder / "cache"))
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, env=env
+            [sys.executable, "-c", CHILD, str(path), str(args.reps), str(Path(__file__).parent)],
+            capture_output=True,
+            text=True,
+            env=env,
         )
         if proc.returncode:
             print(f"{n:>10} failed: {proc.stderr.strip().splitlines()[-1]}")
@@ -111,11 +203,21 @@ def main() -> None:
             f"{r['arrays'] / mb:>9.0f} {r['peak_load'] / mb:>9.0f} "
             f"{r['peak_load'] / r['arrays']:>8.2f} "
             f"{r['S3FIFO_trace'] / 1e6:>10.1f} {r['S3FIFO_bundled'] / 1e6:>9.1f} "
-            f"{r['LRU_trace'] / 1e6:>8.1f} {r['LRU_bundled'] / 1e6:>9.1f}"
+            f"{r['LRU_trace'] / 1e6:>8.1f} {r['LRU_bundled'] / 1e6:>9.1f} "
+            f"{r['LRU_old_trace'] / 1e6:>8.1f} {r['LRU_old_bundled'] / 1e6:>9.1f}"
         )
+        cpu = "  ".join(
+            f"{v.replace('_old', ' old')} {r[f'{v}_trace_cpu'] / 1e6:.1f} "
+            f"({r[f'{v}_bundled_cpu'] / 1e6:.1f})"
+            for v in ("S3FIFO", "LRU", "LRU_old")
+        )
+        print(f"{'':>10} by CPU time, M/s (bundled): {cpu}")
         if not args.keep:
             path.unlink()
     print("load +MB: the load's peak RSS above the process's before it (interpreter, numpy, numba)")
+    print(f"M/s: million block accesses per second, median of {args.reps} alternating runs")
+    print("by CPU time: the kernel thread's CPU time (time spent descheduled on a shared machine")
+    print("excluded; cache misses caused by other processes are not)")
 
 
 if __name__ == "__main__":
