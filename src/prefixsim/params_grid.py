@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import ParameterError
 from .policies import PolicyParams, get_policy
-from .policies.base import Check
+from .policies.base import BULK_CHECKS, Check
 from .replay import known_params, make_params
 
 GridEntry = PolicyParams | ParameterError
@@ -72,11 +72,13 @@ def make_params_grid(
     # such a rule differ from point to point).
     per_point = [(reads, operator.itemgetter(*reads), rule) for reads, rule in of_point]
     unchecked = cls.unchecked
-    out: list[GridEntry] = []
-    for capacity, own in zip(capacities, own_of, strict=True):
-        for combo, given in zip(combos, ready, strict=True):
+    # One column per combination (a tight loop over the capacities), interleaved at the end.
+    out: list[GridEntry] = [None] * (len(capacities) * len(combos))  # type: ignore[list-item]
+    for j, (combo, given) in enumerate(zip(combos, ready, strict=True)):
+        column: list[GridEntry] = []
+        for capacity, own in zip(capacities, own_of, strict=True):
             if given is None or own is None:
-                out.append(_one(policy, capacity, combo))  # an invalid point: its own error
+                column.append(_one(policy, capacity, combo))  # an invalid point: its own error
                 continue
             point = {"capacity": own, **given}  # field order: capacity comes first
             try:
@@ -85,15 +87,20 @@ def make_params_grid(
                     result = rule(*args) if len(reads) > 1 else rule(args)
                     point.update(zip(reads, result, strict=True))
             except ParameterError:
-                out.append(_one(policy, capacity, combo))
+                column.append(_one(policy, capacity, combo))
                 continue
-            out.append(unchecked(point))
+            column.append(unchecked(point))
+        out[j :: len(combos)] = column
     return out
 
 
 def _normalised_capacities(capacities: Sequence[Any], checks: Sequence[Check]) -> list[Any]:
     """Each capacity after ``checks`` (rules reading capacity alone), None where one fails;
     the rules run once per distinct typed capacity."""
+    if len(checks) == 1 and (bulk := BULK_CHECKS.get(checks[0][1])) is not None:
+        done = bulk(capacities)
+        if done is not None:
+            return done
     seen: dict[tuple[Any, type], Any] = {}
     out: list[Any] = []
     for capacity in capacities:

@@ -36,7 +36,7 @@ from .cluster import ClusterSpec
 from .cluster import result_columns as cluster_columns
 from .cluster import run_point as run_cluster_point
 from .config import Backend, ExecutorConfig
-from .grid import Point
+from .grid import Point, gc_paused
 from .tiers import replay_point
 
 log = logging.getLogger("sweep")
@@ -308,6 +308,17 @@ def plan_batches(
     """Split ``points`` into batches (one trace each, consecutive point ids). With automatic
     batching, the LRU points of one trace and block size form one batch of their own, which a
     worker computes from one LRU curve (see :func:`run_batch`)."""
+    with gc_paused():
+        return _plan_batches(points, traces, ex, workers, cost_per_access)
+
+
+def _plan_batches(
+    points: Sequence[Point],
+    traces: dict[str, Trace],
+    ex: ExecutorConfig,
+    workers: int,
+    cost_per_access: dict[str, float],
+) -> Plan:
     estimate = {
         p.point_id: cost_per_access.get(p.policy, 1e-8)
         * traces[p.trace_sha256].n_accesses

@@ -59,9 +59,24 @@ def _check_capacity(capacity: object) -> tuple[int]:
     return (check_int("capacity", capacity, 1),)
 
 
+def _check_capacities(capacities: Sequence[Any]) -> list[int] | None:
+    """:func:`_check_capacity` over many values at once, by C-level passes, for the common
+    case where every value is a plain ``int`` >= 1 (each passes unchanged); None otherwise (then
+    check them one by one)."""
+    if not capacities or set(map(type, capacities)) != {int} or min(capacities) < 1:
+        return None
+    return list(capacities)
+
+
 Check = tuple[tuple[str, ...], Callable[..., tuple[Any, ...]]]
 """One validation rule of a :class:`PolicyParams`: the fields it reads, and a pure function of
 their values that returns them normalised (in the same order) or raises ParameterError."""
+
+BULK_CHECKS: dict[Callable[..., tuple[Any, ...]], Callable[[Sequence[Any]], list[Any] | None]] = {
+    _check_capacity: _check_capacities
+}
+"""Rules reading one field that have a many-values form: ``bulk(values)`` returns what the rule
+returns for each value (unpacked), or None when it cannot tell (then the rule runs per value)."""
 
 
 @dataclass(frozen=True)
@@ -89,10 +104,12 @@ class PolicyParams:
 
     @classmethod
     def unchecked(cls, values: dict[str, Any]) -> PolicyParams:
-        """An instance holding ``values`` (every field, already normalised by ``checks``)
-        without running the checks again: for :func:`make_params_grid`, which ran them."""
+        """An instance holding ``values`` (every field in field order, already normalised by
+        ``checks``) without running the checks again: for :func:`make_params_grid`, which ran
+        them. The instance takes ``values`` as its own ``__dict__`` (no copy): the caller must
+        not use the dict afterwards."""
         params = cls.__new__(cls)
-        params.__dict__.update(values)
+        object.__setattr__(params, "__dict__", values)
         return params
 
     def to_dict(self) -> dict[str, Any]:
