@@ -276,3 +276,28 @@ def test_points_whose_fields_render_differently_do_not_share_a_template() -> Non
         '{"block_size":512,"capacity":11,"ghost_freq":0,"max_freq":true,"policy":"S3FIFO",'
         f'"small_ratio":0.5,"trace_sha256":"{SHA}"}}'
     )
+
+
+# --- the run directory's config.yaml of a sweep started from Python ------------------------------
+
+
+def test_long_ranges_are_written_compactly_and_read_back_whole() -> None:
+    from omegaconf import OmegaConf
+
+    from sweep import ranges
+    from sweep.config import GRID_KEYS
+
+    assert ranges.compact_list("capacity", list(range(5, 3005, 3))) == "${sweep_range:5,3005,3}"
+    assert ranges.compact_list("capacity", list(range(1, 100))) is None  # short: a list
+    assert ranges.compact_list("capacity", [*range(1, 2000), 5000]) is None  # not a range
+    assert ranges.compact_list("capacity", [True, *range(1, 2000)]) is None  # not all ints
+    assert ranges.compact_list("small_ratio", list(range(1, 2000))) is None  # not an int key
+    cfg = SweepConfig(capacity=list(range(1, 100_001)), policy=["LRU"])
+    text = ranges.structured_yaml(cfg, GRID_KEYS)
+    assert "capacity: ${sweep_range:1,100001,1}" in text.splitlines()
+    ranges.register_resolver()
+    assert list(OmegaConf.create(text).capacity) == cfg.capacity
+    small = SweepConfig(capacity=[1, 2, 3])
+    assert ranges.structured_yaml(small, GRID_KEYS) == OmegaConf.to_yaml(
+        OmegaConf.structured(small)
+    )
