@@ -199,7 +199,7 @@ def _key_template(
     bytes): ``[text, "capacity", text]`` or ``[text, "cache_bytes", text, "capacity", text]``.
     None when the document is not of that shape (a placeholder would be ambiguous)."""
     doc = {"trace_sha256": sha, "block_size": gp.block_size, **gp.params.to_dict()}
-    if any(type(v) not in (str, int, float, bool, _None) for k, v in doc.items()):
+    if any(type(v) not in (str, int, float, bool, _None) for v in doc.values()):
         return None  # only scalars have one rendering per repr
     marks = {name: f"\x00{name}\x00" for name in _SLOTS}
     doc["capacity"] = marks["capacity"]
