@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,7 +37,13 @@ def make_params(policy: str = "S3FIFO", capacity: int = 4096, **policy_params: A
     """Validated parameters of ``policy``. Keys the policy does not have are ignored when their
     value is ``None``, and rejected otherwise (so a typo is not silently dropped)."""
     spec = get_policy(policy)
-    names = spec.params_type.field_names()
+    return spec.params_type(capacity=capacity, **known_params(policy, policy_params))
+
+
+def known_params(policy: str, policy_params: Mapping[str, Any]) -> dict[str, Any]:
+    """``policy_params`` without the keys ``policy`` does not have, which must be None (a typo
+    is not silently dropped): :func:`make_params`'s rule for keys."""
+    names = get_policy(policy).params_type.field_names()
     unknown = sorted(k for k, v in policy_params.items() if k not in names and v is not None)
     if unknown:
         allowed = ", ".join(n for n in names if n != "capacity") or "none"
@@ -45,8 +52,7 @@ def make_params(policy: str = "S3FIFO", capacity: int = 4096, **policy_params: A
             policy_params[unknown[0]],
             f"not a parameter of {policy} (its parameters: {allowed})",
         )
-    kwargs = {k: v for k, v in policy_params.items() if k in names}
-    return spec.params_type(capacity=capacity, **kwargs)
+    return {k: v for k, v in policy_params.items() if k in names}
 
 
 @dataclass(frozen=True, eq=False)

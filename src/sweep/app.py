@@ -462,9 +462,10 @@ def _run_locked(
         computed=0,
     )
     if config_yaml is None:
-        from omegaconf import OmegaConf
+        from . import ranges
+        from .config import GRID_KEYS
 
-        config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+        config_yaml = ranges.structured_yaml(cfg, GRID_KEYS)
     with _writes_to(run_dir):
         atomic_write_text(run_dir.config, config_yaml)
 

@@ -13,16 +13,20 @@ Points are identified across runs by :func:`point_key`, a digest of the trace's 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
+from prefixsim.params_grid import make_params_grid
 
 from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
@@ -121,15 +125,131 @@ def point_key(
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
-def _unique(values: Iterable[Any]) -> list[Any]:
-    seen: set[Any] = set()
-    out = []
-    for v in values:
-        marker = (type(v), v)
-        if marker not in seen:
-            seen.add(marker)
-            out.append(v)
+_SLOTS = ("capacity", "cache_bytes")
+"""The fields of a point key's document that :func:`point_keys` fills in per point."""
+
+
+def point_keys(
+    grid: Sequence[GridPoint], shas: dict[Any, str], cost_identity: dict[str, Any] | None = None
+) -> list[tuple[str, str]]:
+    """``(trace_sha256, point_key(...))`` of every grid point, exactly as :func:`point_key`
+    gives it, without serialising a document per point.
+
+    Points that differ only in ``capacity`` and ``cache_bytes`` share one canonical JSON
+    document but for those two integers, so it is rendered once (by ``json.dumps`` itself, with
+    a placeholder in each of the two places) and each point's text is the template with its
+    integers written in (``json.dumps`` writes an ``int`` as ``int.__repr__`` does). Points
+    whose parameters render themselves (a ``to_dict`` of their own, as hierarchies have) or
+    carry something other than plain integers there go through :func:`point_key`."""
+    templates: dict[tuple[Any, ...], list[str] | None] = {}
+    others_of: dict[type, Any] = {}
+    out: list[tuple[str, str]] = []
+    for gp in grid:
+        # Traces hashed at each block size (token, chat) are keyed by (trace, block_size).
+        sha = shas.get((gp.trace, gp.block_size)) or shas[gp.trace]
+        params = gp.params
+        capacity, cache_bytes = params.capacity, gp.cache_bytes
+        cls = type(params)
+        others = others_of.get(cls)
+        if others is None:
+            others = others_of[cls] = _other_fields(cls)
+        template = None
+        if others is not False and type(capacity) is int and type(cache_bytes) in (int, _None):
+            # repr tells apart what == does not (1, 1.0, True; 0.0, -0.0) but JSON does
+            shape = (sha, gp.block_size, cls, repr(others(params)), gp.cluster, cache_bytes is None)
+            template = templates.get(shape, _MISSING)
+            if template is _MISSING:
+                template = templates[shape] = _key_template(sha, gp, cost_identity)
+        if template is None:
+            key = point_key(
+                sha,
+                params,
+                gp.block_size,
+                cache_bytes=cache_bytes,
+                cost_identity=cost_identity,
+                cluster=gp.cluster,
+            )
+        else:
+            if len(template) == 3:  # capacity only
+                text = f"{template[0]}{capacity}{template[2]}"
+            else:  # cache_bytes, then capacity (the keys are sorted)
+                text = f"{template[0]}{cache_bytes}{template[2]}{capacity}{template[4]}"
+            key = hashlib.sha256(text.encode()).hexdigest()[:20]
+        out.append((sha, key))
     return out
+
+
+_None = type(None)
+_MISSING: Any = object()
+
+
+def _other_fields(cls: type[PolicyParams]) -> Any:
+    """A getter of the fields but capacity (a tuple), or False when ``cls`` renders its own
+    ``to_dict`` (the template would not know where its capacity goes)."""
+    if cls.to_dict is not PolicyParams.to_dict:
+        return False
+    names = [n for n in cls.field_names() if n != "capacity"]
+    return operator.attrgetter(*names) if names else lambda p: ()
+
+
+def _key_template(
+    sha: str, gp: GridPoint, cost_identity: dict[str, Any] | None
+) -> list[str] | None:
+    """:func:`point_key`'s canonical document for ``gp`` split around its capacity (and cache
+    bytes): ``[text, "capacity", text]`` or ``[text, "cache_bytes", text, "capacity", text]``.
+    None when the document is not of that shape (a placeholder would be ambiguous)."""
+    doc = {"trace_sha256": sha, "block_size": gp.block_size, **gp.params.to_dict()}
+    if any(type(v) not in (str, int, float, bool, _None) for v in doc.values()):
+        return None  # only scalars have one rendering per repr
+    marks = {name: f"\x00{name}\x00" for name in _SLOTS}
+    doc["capacity"] = marks["capacity"]
+    if gp.cache_bytes is not None:
+        doc["cache_bytes"] = marks["cache_bytes"]
+    if cost_identity:
+        doc.update(cost_identity)
+    if gp.cluster is not None:
+        doc["cluster"] = gp.cluster.to_dict()
+    if doc["capacity"] != marks["capacity"] or doc.get("cache_bytes") not in (
+        None,
+        marks["cache_bytes"],
+    ):
+        return None  # the cost identity overwrote a slot
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    pieces: list[str] = [canonical]
+    for name in sorted(n for n in _SLOTS if n in doc):  # the order json.dumps wrote them
+        token = json.dumps(marks[name])
+        head, sep, tail = pieces[-1].partition(token)
+        if not sep or token in tail or any(token in p for p in pieces[:-1]):
+            return None
+        pieces[-1:] = [head, name, tail]
+    return pieces
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a plan builds its objects (several per point):
+    they form no cycles, and with hundreds of thousands of them alive, each collection the
+    allocations trigger walks them all (about half of the planning time, measured). Reference
+    counting still frees everything; the collector resumes as it was."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    """``values`` without repeats, first occurrences in order (``1``, ``1.0`` and ``True``
+    are different values here)."""
+    values = list(values)
+    if len(set(map(type, values))) <= 1:  # one type: equal values are equal markers
+        return list(dict.fromkeys(values))
+    first: dict[tuple[type, Any], Any] = {}
+    for v in values:
+        first.setdefault((type(v), v), v)
+    return list(first.values())
 
 
 def _check_block_size(value: int) -> int:
@@ -147,6 +267,11 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
     what is allowed and, for an invalid point, how many points are invalid.
     """
+    with gc_paused():
+        return _plan_grid(cfg)
+
+
+def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     if cfg.tiers is not None:  # a hierarchy's grid (the tiers group): sweep/tiers.py
         from .tiers import plan_tiers
 
@@ -168,37 +293,84 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     except ParameterError as err:
         raise PlanError(str(err)) from None
 
-    points: list[GridPoint] = []
+    # A policy's points do not depend on the trace: plan them once per policy.
+    planned: list[list[tuple[PolicyParams, int, int | None, ClusterSpec | None]]] = []
     errors: list[tuple[dict[str, Any], ParameterError]] = []
-    seen: set[tuple[str, int, PolicyParams, int | None, ClusterSpec | None]] = set()
-    for trace in traces:
-        for policy in policies:
-            names = prefixsim.get_policy(policy).params_type.field_names()
-            applicable = [k for k in POLICY_PARAM_KEYS if k in names]
-            for key in applicable:
-                if not param_values[key]:
-                    raise PlanError(f"{key}: empty list; {policy} needs at least one value")
-            combos = itertools.product(*(param_values[k] for k in applicable))
-            combos_list = [dict(zip(applicable, c, strict=True)) for c in combos]
-            for capacity, block_size, cache_bytes in sizes:
-                for extra in combos_list:
-                    try:
-                        params = prefixsim.make_params(policy, capacity, **extra)
-                    except ParameterError as err:
-                        errors.append(({"policy": policy, "capacity": capacity, **extra}, err))
-                        continue
-                    for cluster in clusters:
-                        marker = (trace, block_size, params, cache_bytes, cluster)
-                        if marker in seen:
-                            continue
-                        seen.add(marker)
-                        points.append(GridPoint(trace, params, block_size, cache_bytes, cluster))
+    for policy in policies:
+        names = prefixsim.get_policy(policy).params_type.field_names()
+        applicable = [k for k in POLICY_PARAM_KEYS if k in names]
+        for key in applicable:
+            if not param_values[key]:
+                raise PlanError(f"{key}: empty list; {policy} needs at least one value")
+        combos = itertools.product(*(param_values[k] for k in applicable))
+        combos_list = [dict(zip(applicable, c, strict=True)) for c in combos]
+        params, policy_errors = _policy_points(policy, sizes, combos_list, clusters)
+        planned.append(params)
+        errors.extend(policy_errors)
     if errors:
         where, first = errors[0]
         described = " ".join(f"{k}={v}" for k, v in where.items())
-        n = len(errors)
+        n = len(errors) * len(traces)  # each trace's points are invalid alike
         raise PlanError(f"{first} ({n} invalid point{'s' if n > 1 else ''}; first: {described})")
-    return points
+    return [
+        GridPoint(trace, params, block_size, cache_bytes, cluster)
+        for trace in traces
+        for policy_points in planned
+        for params, block_size, cache_bytes, cluster in policy_points
+    ]
+
+
+def _policy_points(
+    policy: str,
+    sizes: Sequence[tuple[Any, int, int | None]],
+    combos: list[dict[str, Any]],
+    clusters: Sequence[ClusterSpec | None],
+) -> tuple[
+    list[tuple[PolicyParams, int, int | None, ClusterSpec | None]],
+    list[tuple[dict[str, Any], ParameterError]],
+]:
+    """One policy's points of one trace, in grid order (size, then the policy's parameters, then
+    the cluster), deduplicated; and its invalid points with their errors. Each engine rule runs
+    once per distinct value (:func:`prefixsim.params_grid.make_params_grid`), not per point."""
+    capacities = _unique(capacity for capacity, _, _ in sizes)
+    entries = make_params_grid(policy, capacities, combos)
+    n = len(combos)
+    row = {(type(c), c): i * n for i, c in enumerate(capacities)}  # first entry of a capacity
+    points: list[tuple[PolicyParams, int, int | None, ClusterSpec | None]] = []
+    errors: list[tuple[dict[str, Any], ParameterError]] = []
+    for capacity, block_size, cache_bytes in sizes:
+        first = row[type(capacity), capacity]
+        for j in range(n):
+            params = entries[first + j]
+            if isinstance(params, ParameterError):
+                errors.append(({"policy": policy, "capacity": capacity, **combos[j]}, params))
+                continue
+            for cluster in clusters:
+                points.append((params, block_size, cache_bytes, cluster))
+    return _deduplicated(points, prefixsim.get_policy(policy).params_type), errors
+
+
+def _deduplicated(
+    points: list[tuple[PolicyParams, int, int | None, ClusterSpec | None]],
+    params_type: type[PolicyParams],
+) -> list[tuple[PolicyParams, int, int | None, ClusterSpec | None]]:
+    """``points`` without repeats, first occurrences in order. Parameters compare by their
+    field values, as PolicyParams' == and hash do (the policy is fixed here); the markers are
+    built by C-level iteration, and usually nothing repeats."""
+    values_of = operator.attrgetter(*params_type.field_names())
+    if not points:
+        return points
+    params, block_sizes, cache_bytes, clusters = zip(*points, strict=True)
+    markers = list(zip(block_sizes, cache_bytes, clusters, map(values_of, params), strict=True))
+    if len(set(markers)) == len(markers):
+        return points
+    kept: dict[tuple[Any, ...], None] = {}
+    out = []
+    for marker, point in zip(markers, points, strict=True):
+        if marker not in kept:
+            kept[marker] = None
+            out.append(point)
+    return out
 
 
 def unused_parameters(cfg: SweepConfig) -> list[str]:
@@ -232,21 +404,21 @@ def assign_points(
 
     Returns the points and the updated registry.
     """
+    with gc_paused():
+        return _assign_points(grid, shas, registry, cost_identity)
+
+
+def _assign_points(
+    grid: Sequence[GridPoint],
+    shas: dict[Any, str],
+    registry: dict[str, int],
+    cost_identity: dict[str, Any] | None,
+) -> tuple[list[Point], dict[str, int]]:
     registry = dict(registry)
     next_id = max(registry.values(), default=-1) + 1
     points: list[Point] = []
     seen: set[str] = set()
-    for gp in grid:
-        # Traces hashed at each block size (token, chat) are keyed by (trace, block_size).
-        sha = shas.get((gp.trace, gp.block_size)) or shas[gp.trace]
-        key = point_key(
-            sha,
-            gp.params,
-            gp.block_size,
-            cache_bytes=gp.cache_bytes,
-            cost_identity=cost_identity,
-            cluster=gp.cluster,
-        )
+    for gp, (sha, key) in zip(grid, point_keys(grid, shas, cost_identity), strict=True):
         if key in seen:
             continue
         seen.add(key)

@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import operator
 import os
 import traceback
 import warnings
@@ -36,7 +37,7 @@ from .cluster import ClusterSpec
 from .cluster import result_columns as cluster_columns
 from .cluster import run_point as run_cluster_point
 from .config import Backend, ExecutorConfig
-from .grid import Point
+from .grid import Point, gc_paused
 from .tiers import replay_point
 
 log = logging.getLogger("sweep")
@@ -338,16 +339,36 @@ def plan_batches(
     """Split ``points`` into batches (one trace each, consecutive point ids). With automatic
     batching, the LRU points of one trace and block size form one batch of their own, which a
     worker computes from one LRU curve (see :func:`run_batch`)."""
-    estimate = {
-        p.point_id: cost_per_access.get(p.policy, 1e-8)
-        * traces[p.trace_sha256].n_accesses
-        * (1 if p.cluster is None else CLUSTER_COST_IN_REPLAYS)
-        for p in points
-    }
+    with gc_paused():
+        return _plan_batches(points, traces, ex, workers, cost_per_access)
+
+
+def _plan_batches(
+    points: Sequence[Point],
+    traces: dict[str, Trace],
+    ex: ExecutorConfig,
+    workers: int,
+    cost_per_access: dict[str, float],
+) -> Plan:
+    # A point's estimate depends on its policy, trace and kind only: computed once for each
+    # (the same product, so the same float, as per point).
+    unit: dict[tuple[str, str, bool], float] = {}
+    estimate: dict[int, float] = {}
+    for p in points:
+        kind = (p.params.policy, p.trace_sha256, p.cluster is None)
+        cost = unit.get(kind)
+        if cost is None:
+            cost = unit[kind] = (
+                cost_per_access.get(kind[0], 1e-8)
+                * traces[kind[1]].n_accesses
+                * (1 if kind[2] else CLUSTER_COST_IN_REPLAYS)
+            )
+        estimate[p.point_id] = cost
+    by_id = operator.attrgetter("point_id")
     by_trace: dict[str, list[Point]] = {}
     curves: dict[tuple[str, int], list[Point]] = {}
-    for p in sorted(points, key=lambda p: p.point_id):
-        if p.policy == "LRU" and ex.batch_size is None and p.cluster is None:
+    for p in sorted(points, key=by_id):
+        if p.params.policy == "LRU" and ex.batch_size is None and p.cluster is None:
             curves.setdefault((p.trace_sha256, p.block_size), []).append(p)
         else:
             by_trace.setdefault(p.trace_sha256, []).append(p)
@@ -366,7 +387,7 @@ def plan_batches(
         or (ex.batch_size is None and runs_in_process(total, workers, start_seconds(ex.backend)))
     )
     for sha, group in by_trace.items():
-        group.sort(key=lambda p: p.point_id)
+        group.sort(key=by_id)
         if ex.batch_size is not None:
             size = ex.batch_size
         elif in_process:

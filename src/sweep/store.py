@@ -32,6 +32,7 @@ import fcntl
 import functools
 import itertools
 import json
+import operator
 import os
 import tempfile
 import time
@@ -394,7 +395,7 @@ class RunDir:
 
     # writing
     def save_registry(self, registry: dict[str, int]) -> None:
-        items = sorted(registry.items(), key=lambda kv: kv[1])
+        items = sorted(registry.items(), key=operator.itemgetter(1))
         doc = {"version": 1, "points": [[k, i] for k, i in items]}
         atomic_write_text(self.registry_file, json.dumps(doc, separators=(",", ":")) + "\n")
 

@@ -57,16 +57,62 @@ def check_int(name: str, value: object, minimum: int, maximum: int | None = None
     return int(as_int)
 
 
+def _check_capacity(capacity: object) -> tuple[int]:
+    return (check_int("capacity", capacity, 1),)
+
+
+def _check_capacities(capacities: Sequence[Any]) -> list[int] | None:
+    """:func:`_check_capacity` over many values at once, by C-level passes, for the common
+    case where every value is a plain ``int`` >= 1 (each passes unchanged); None otherwise (then
+    check them one by one)."""
+    if not capacities or set(map(type, capacities)) != {int} or min(capacities) < 1:
+        return None
+    return list(capacities)
+
+
+Check = tuple[tuple[str, ...], Callable[..., tuple[Any, ...]]]
+"""One validation rule of a :class:`PolicyParams`: the fields it reads, and a pure function of
+their values that returns them normalised (in the same order) or raises ParameterError."""
+
+BULK_CHECKS: dict[Callable[..., tuple[Any, ...]], Callable[[Sequence[Any]], list[Any] | None]] = {
+    _check_capacity: _check_capacities
+}
+"""Rules reading one field that have a many-values form: ``bulk(values)`` returns what the rule
+returns for each value (unpacked), or None when it cannot tell (then the rule runs per value)."""
+
+
 @dataclass(frozen=True)
 class PolicyParams:
-    """Parameters of one policy. Subclasses add fields; construction validates everything."""
+    """Parameters of one policy. Subclasses add fields; construction validates everything.
+
+    Validation is declared, not coded in ``__post_init__``: ``checks`` lists the rules in the
+    order construction runs them, each naming the fields it reads, so the first rule that fails
+    is the error. A rule sees the values as normalised by the rules before it. Because each rule
+    is a pure function of the fields it names, :func:`prefixsim.params_grid.make_params_grid`
+    can run it once per distinct combination of those values instead of once per point. A
+    subclass that validates anything outside ``checks`` (its own ``__post_init__``) still works
+    everywhere; the grid then constructs its points one by one."""
 
     policy: ClassVar[str]
+    checks: ClassVar[tuple[Check, ...]] = ((("capacity",), _check_capacity),)
     capacity: int
     """Cache size in blocks (resident blocks; ghost metadata does not count)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "capacity", check_int("capacity", self.capacity, 1))
+        for names, check in self.checks:
+            normalised = check(*(getattr(self, n) for n in names))
+            for name, value in zip(names, normalised, strict=True):
+                object.__setattr__(self, name, value)
+
+    @classmethod
+    def unchecked(cls, values: dict[str, Any]) -> PolicyParams:
+        """An instance holding ``values`` (every field in field order, already normalised by
+        ``checks``) without running the checks again: for :func:`make_params_grid`, which ran
+        them. The instance takes ``values`` as its own ``__dict__`` (no copy): the caller must
+        not use the dict afterwards."""
+        params = cls.__new__(cls)
+        object.__setattr__(params, "__dict__", values)
+        return params
 
     def to_dict(self) -> dict[str, Any]:
         """``{"policy": name, "capacity": ..., <policy parameters>...}``."""

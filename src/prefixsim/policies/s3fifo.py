@@ -46,9 +46,48 @@ import numpy as np
 from numba import njit
 
 from ..errors import ParameterError
-from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, check_int, register
+from .base import (
+    COMMON_COUNTERS,
+    Check,
+    PolicyParams,
+    PolicySpec,
+    ReferencePolicy,
+    check_int,
+    register,
+)
 
 MAX_FREQ_LIMIT = 2**31 - 1  # the kernel keeps freq in int32
+
+
+def _check_small_ratio(ratio: object) -> tuple[float]:
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating)):
+        raise ParameterError("small_ratio", ratio, "expected a number in (0, 1)")
+    ratio = float(ratio)
+    if not 0.0 < ratio < 1.0:
+        raise ParameterError("small_ratio", ratio, "expected a number in (0, 1)")
+    return (ratio,)
+
+
+def _check_queues(capacity: int, ratio: float) -> tuple[int, float]:
+    """Both queues non-empty: S = round(capacity * small_ratio) (as ``small_cap``), M the rest."""
+    small = round(capacity * ratio)
+    if small < 1 or capacity - small < 1:
+        raise ParameterError(
+            "small_ratio",
+            ratio,
+            f"with capacity={capacity}, round(capacity * small_ratio) = {small} leaves "
+            f"{'S' if small < 1 else 'M'} empty; both queues need at least one block "
+            f"(capacity >= 2 and 1 <= round(capacity * small_ratio) <= capacity - 1)",
+        )
+    return capacity, ratio
+
+
+def _check_max_freq(max_freq: object) -> tuple[int]:
+    return (check_int("max_freq", max_freq, 0, MAX_FREQ_LIMIT),)
+
+
+def _check_ghost_freq(max_freq: int, ghost_freq: object) -> tuple[int, int]:
+    return max_freq, check_int("ghost_freq", ghost_freq, 0, max_freq)
 
 
 @dataclass(frozen=True)
@@ -61,28 +100,13 @@ class S3FIFOParams(PolicyParams):
     ghost_freq: int = 0
     """Frequency a block re-admitted from G starts with in M (0 canonical, 1 variant)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        ratio = self.small_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating)):
-            raise ParameterError("small_ratio", ratio, "expected a number in (0, 1)")
-        ratio = float(ratio)
-        if not 0.0 < ratio < 1.0:
-            raise ParameterError("small_ratio", ratio, "expected a number in (0, 1)")
-        object.__setattr__(self, "small_ratio", ratio)
-        small = self.small_cap
-        if small < 1 or self.capacity - small < 1:
-            raise ParameterError(
-                "small_ratio",
-                ratio,
-                f"with capacity={self.capacity}, round(capacity * small_ratio) = {small} leaves "
-                f"{'S' if small < 1 else 'M'} empty; both queues need at least one block "
-                f"(capacity >= 2 and 1 <= round(capacity * small_ratio) <= capacity - 1)",
-            )
-        max_freq = check_int("max_freq", self.max_freq, 0, MAX_FREQ_LIMIT)
-        object.__setattr__(self, "max_freq", max_freq)
-        ghost_freq = check_int("ghost_freq", self.ghost_freq, 0, max_freq)
-        object.__setattr__(self, "ghost_freq", ghost_freq)
+    checks: ClassVar[tuple[Check, ...]] = (
+        *PolicyParams.checks,  # capacity
+        (("small_ratio",), _check_small_ratio),
+        (("capacity", "small_ratio"), _check_queues),
+        (("max_freq",), _check_max_freq),
+        (("max_freq", "ghost_freq"), _check_ghost_freq),
+    )
 
     @property
     def small_cap(self) -> int:
