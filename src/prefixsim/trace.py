@@ -69,6 +69,10 @@ class Trace:
     block_size: int | None = None
     """The block size the blocks were hashed at (token and chat traces), or None when the blocks
     do not depend on it (Mooncake ``hash_ids``); replaying at another block size is refused."""
+    session_ids: np.ndarray | None = field(default=None, repr=False)
+    """int64 per request: the request's ``session_id`` (any JSON string or integer) numbered
+    densely ``0, 1, ...`` in order of first appearance (``"7"`` and ``7`` are two sessions), -1
+    for a request without one (absent or null); None when no request has one."""
 
     def __post_init__(self) -> None:
         _check_total_prompt_tokens(self)
