@@ -229,14 +229,22 @@ class SessionRouter(ReferenceRouter):
         self.owners = [i for _, i in ring]
 
     def choose(self, r: int, view: ClusterView) -> int:
+        sessions = self.trace.session_ids
         blocks = self.trace.request_blocks(r)
-        if len(blocks) == 0:
+        if sessions is not None and sessions[r] >= 0:  # the request's dense session id
+            key = mix64(int(sessions[r]))
+        elif len(blocks) == 0:
             return 0
+        else:
+            key = self._block_key(blocks)
+        j = bisect.bisect_left(self.points, key)  # the first point >= key
+        return self.owners[j % len(self.points)]  # past the last point: wrap to the first
+
+    def _block_key(self, blocks: np.ndarray) -> int:
         key = mix64(int(blocks[0]))
         for b in blocks[1 : self.params.key_blocks].tolist():  # type: ignore[attr-defined]
             key = mix64(key ^ b)
-        j = bisect.bisect_left(self.points, key)  # the first point >= key
-        return self.owners[j % len(self.points)]  # past the last point: wrap to the first
+        return key
 
 
 def ring_arrays(instances: int, vnodes: int) -> tuple[np.ndarray, np.ndarray]:
