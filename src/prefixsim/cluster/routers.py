@@ -257,7 +257,7 @@ def ring_arrays(instances: int, vnodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True)
-def _mix64_u(z):  # type: ignore[no-untyped-def]
+def _mix64_u(z):
     """:func:`mix64` compiled; ``z`` is a uint64 and every constant is one (numba would turn
     a uint64 mixed with an int64 into a float64)."""
     z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
@@ -266,9 +266,9 @@ def _mix64_u(z):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def session_assign_kernel(block_ids, offsets, session_ids, key_blocks, points, owners):  # type: ignore[no-untyped-def]
+def session_assign_kernel(block_ids, offsets, session_ids, key_blocks, points, owners):
     """The session router over the whole trace in one compiled pass: each request's key, then
-    the first ring point ``>= key`` by binary search (wrapping past the last point). A request
+    the first ring point ``>= key`` (wrapping past the last point) through a bucket table. A request
     with a session id (``session_ids`` non-empty and its id >= 0) has the key ``mix64(id)``;
     the others hash their first ``key_blocks`` block ids, or go to instance 0 without blocks."""
     n_requests = offsets.shape[0] - 1
