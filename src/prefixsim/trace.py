@@ -162,7 +162,8 @@ def load_trace(
     A name in :data:`BUNDLED_TRACES` that is not an existing file loads the bundled trace. Blank
     lines are skipped; every other line must be one JSON object with ``timestamp`` (a number),
     ``input_length`` and ``output_length`` (non-negative integers) and ``hash_ids`` (a list of
-    integers of any size and sign); other keys are ignored. Booleans are not numbers here, and
+    integers of any size and sign), optionally ``session_id`` (a string or an integer:
+    :mod:`prefixsim.formats.sessions`); other keys are ignored. Booleans are not numbers here, and
     ``3.0`` or ``1e3`` are not integers.
 
     With ``use_cache`` (the default), a file whose raw bytes were parsed before is read from the
