@@ -116,3 +116,18 @@ def test_session_ids_do_not_change_other_routers() -> None:
         a = replay_cluster_params(trace, params, 16, 3, make_router(name), None)
         b = replay_cluster_params(with_ids, params, 16, 3, make_router(name), None)
         np.testing.assert_array_equal(a.instance, b.instance)
+
+
+def test_convert_keeps_the_sessions(tmp_path: Path) -> None:
+    from prefixsim.convert import write_mooncake
+
+    rows = [{"timestamp": t, "token_ids": [t, 1], "session_id": s} for t, s in enumerate("xyx")]
+    tokens = load_trace(
+        write(tmp_path / "t.jsonl", [*rows, {"timestamp": 3, "token_ids": [2]}]), block_size=1
+    )
+    write_mooncake(tokens, tmp_path / "m.jsonl")
+    back = load_trace(tmp_path / "m.jsonl")
+    assert back.session_ids is not None and back.session_ids.tolist() == [0, 1, 0, -1]
+    a = replay_cluster(tokens, instances=5, router="session", block_size=1)
+    b = replay_cluster(back, instances=5, router="session", block_size=1)
+    np.testing.assert_array_equal(a.instance, b.instance)
