@@ -71,6 +71,8 @@ def lru_cluster_kernel(
         best = -1
         best_cost = 0.0
         best_hit = 0
+        memo_hit = -1
+        memo_p = 0.0
         for i in range(n_instances):
             load = (free[i] if free[i] > t else t) - t
             cost = load
@@ -83,8 +85,10 @@ def lru_cluster_kernel(
                         break
                     k += 1
                 hit = min((k - start) * block_size, n)
-                p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
-                cost = overlap_weight * p + load
+                if hit != memo_hit:  # instances often share a prefix length: reuse its time
+                    memo_hit = hit
+                    memo_p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                cost = overlap_weight * memo_p + load
             if best < 0 or cost < best_cost:
                 best = i
                 best_cost = cost
@@ -201,6 +205,8 @@ def s3fifo_cluster_kernel(
         best = -1
         best_cost = 0.0
         best_hit = 0
+        memo_hit = -1
+        memo_p = 0.0
         for i in range(n_instances):
             load = (free[i] if free[i] > t else t) - t
             cost = load
@@ -213,8 +219,10 @@ def s3fifo_cluster_kernel(
                         break
                     k += 1
                 hit = min((k - start) * block_size, n)
-                p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
-                cost = overlap_weight * p + load
+                if hit != memo_hit:  # instances often share a prefix length: reuse its time
+                    memo_hit = hit
+                    memo_p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                cost = overlap_weight * memo_p + load
             if best < 0 or cost < best_cost:
                 best = i
                 best_cost = cost
