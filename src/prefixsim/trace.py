@@ -356,6 +356,7 @@ def _columns(
         "block_ids": np.asarray(block_ids, dtype=np.int32),
         "n_blocks": int(n_blocks),
         "line_numbers": np.array(line_numbers, dtype=np.int64),
+        "session_ids": None,  # the exact parser fills it in when the file has session ids
     }
 
 
