@@ -6,20 +6,57 @@ of the same policy and capacity, alternating the two, and prints the medians and
 (the issue's target: at most 5x), and the ratio of the best times (less sensitive to a
 loaded machine). Also prints the kernels' first-call time and peak memory.
 
+The row ``session (numpy)`` is the session router as it was before its compiled assignment
+(numpy ``searchsorted`` over all requests), kept here only as the baseline of that change.
+
     python experiments/bench_cluster.py [--instances 16] [--capacity 4096] [--repeat 9]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import resource
 import statistics
 import time
 
+import numpy as np
+
 from prefixsim import load_trace, make_params, replay_params
 from prefixsim.cluster import LoadModel, make_router, replay_cluster_params, router_names
+from prefixsim.cluster import routers as R
 
 ROUTER_PARAMS = {"session": {"key_blocks": 2}}
+NUMPY_SESSION = "session (numpy)"
+
+
+def _assign_session_numpy(params, instances, trace):  # type: ignore[no-untyped-def]
+    """The session router's previous fast path: numpy over all requests (no session ids)."""
+    points, owners = R.ring_arrays(instances, params.vnodes)
+    starts = trace.offsets[:-1]
+    has_blocks = trace.offsets[1:] > starts
+    lengths = trace.offsets[1:] - starts
+    keys = np.zeros(trace.n_requests, np.uint64)
+    keys[has_blocks] = R.mix64_array(trace.block_ids[starts[has_blocks]].astype(np.uint64))
+    for b in range(1, params.key_blocks):
+        longer = lengths > b
+        if not longer.any():
+            break
+        block = trace.block_ids[starts[longer] + b].astype(np.uint64)
+        keys[longer] = R.mix64_array(keys[longer] ^ block)
+    j = np.searchsorted(points, keys, side="left") % len(points)
+    return np.where(has_blocks, owners[j], 0).astype(np.int32)
+
+
+@contextlib.contextmanager
+def _numpy_session():  # type: ignore[no-untyped-def]
+    spec = R._REGISTRY["session"]
+    R._REGISTRY["session"] = dataclasses.replace(spec, assign=_assign_session_numpy)
+    try:
+        yield
+    finally:
+        R._REGISTRY["session"] = spec
 
 
 def main() -> None:
@@ -29,7 +66,7 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--policies", default="S3FIFO,LRU")
-    ap.add_argument("--routers", default=",".join(router_names()))
+    ap.add_argument("--routers", default=",".join([*router_names(), NUMPY_SESSION]))
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--hardware", default="h100")
     args = ap.parse_args()
@@ -39,19 +76,20 @@ def main() -> None:
     print(f"trace {trace.name}: {trace.n_requests:,} requests, {trace.n_accesses:,} accesses; "
           f"{args.instances} instances x {args.capacity} blocks; model {args.model} on "
           f"{args.hardware}; median of {args.repeat}, cluster and single alternating")  # fmt: skip
-    header = (f"{'router':<14}{'policy':<8}{'hit rate':>9}{'single ms':>11}{'cluster ms':>12}"
+    header = (f"{'router':<17}{'policy':<8}{'hit rate':>9}{'single ms':>11}{'cluster ms':>12}"
               f"{'ratio':>7}{'best':>7}{'p99 TTFT s':>12}{'imbalance':>11}")  # fmt: skip
     print(header)
     print("-" * len(header))
     for policy in args.policies.split(","):
         params = make_params(policy, args.capacity)
         for name in args.routers.split(","):
-            router = make_router(name, **ROUTER_PARAMS.get(name, {}))
+            numpy_session = name == NUMPY_SESSION
+            router = make_router("session" if numpy_session else name, **ROUTER_PARAMS.get(
+                "session" if numpy_session else name, {}))  # fmt: skip
 
-            def cluster(router=router, params=params):  # type: ignore[no-untyped-def]
-                return replay_cluster_params(
-                    trace, params, 512, args.instances, router, load
-                )  # fmt: skip
+            def cluster(router=router, params=params, numpy_session=numpy_session):  # type: ignore[no-untyped-def]
+                with _numpy_session() if numpy_session else contextlib.nullcontext():
+                    return replay_cluster_params(trace, params, 512, args.instances, router, load)
 
             def single(params=params):  # type: ignore[no-untyped-def]
                 return replay_params(trace, params, 512)
@@ -71,7 +109,7 @@ def main() -> None:
             s_ms = statistics.median(s_times) * 1e3
             c_ms = statistics.median(c_times) * 1e3
             best = min(c_times) / min(s_times)
-            print(f"{name:<14}{policy:<8}{res.overall_hit_rate:>9.4f}{s_ms:>11.1f}{c_ms:>12.1f}"
+            print(f"{name:<17}{policy:<8}{res.overall_hit_rate:>9.4f}{s_ms:>11.1f}{c_ms:>12.1f}"
                   f"{c_ms / s_ms:>7.2f}{best:>7.2f}{res.ttft_percentile(99):>12.3f}"
                   f"{res.load_imbalance:>11.3f}   (first call {first:.2f} s)")  # fmt: skip
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = "prefixsim-trace-cache-2"
+FORMAT_VERSION = "prefixsim-trace-cache-3"
 """Bump whenever the parser's output or this file layout changes: old entries are then ignored."""
 
 _ARRAY_DTYPES: dict[str, np.dtype] = {
@@ -37,6 +37,9 @@ _ARRAY_DTYPES: dict[str, np.dtype] = {
     "block_ids": np.dtype(np.int32),
     "line_numbers": np.dtype(np.int64),
 }
+_NO_SESSIONS = np.empty(0, np.int64)
+"""How ``session_ids = None`` is stored (a trace has at least one request, so an empty array
+never stands for real session ids)."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -64,6 +67,7 @@ def load(key: str) -> dict[str, Any] | None:
             if npz["format"].item() != FORMAT_VERSION or npz["key"].item() != key:
                 return None
             fields: dict[str, Any] = {name: npz[name] for name in _ARRAY_DTYPES}
+            fields["session_ids"] = npz["session_ids"]
             fields["sha256"] = npz["sha256"].item()
             fields["n_blocks"] = int(npz["n_blocks"])
             stored_checksum = int(npz["checksum"])
@@ -71,6 +75,8 @@ def load(key: str) -> dict[str, Any] | None:
         return None
     if not _is_consistent(fields) or stored_checksum != _checksum(key, fields):
         return None
+    if len(fields["session_ids"]) == 0:
+        fields["session_ids"] = None
     return fields
 
 
@@ -99,7 +105,10 @@ def _checksum(key: str, fields: dict[str, Any]) -> int:
         a = np.ascontiguousarray(fields[name], dtype=dtype)
         crc = zlib.crc32(f"\0{name}:{a.dtype.str}:{len(a)}\0".encode(), crc)
         crc = zlib.crc32(a.view(np.uint8).data, crc)
-    return crc
+    sessions = fields["session_ids"]
+    s = np.ascontiguousarray(_NO_SESSIONS if sessions is None else sessions, dtype=np.int64)
+    crc = zlib.crc32(f"\0session_ids:{s.dtype.str}:{len(s)}\0".encode(), crc)
+    return zlib.crc32(s.view(np.uint8).data, crc)
 
 
 def store(key: str, trace: Any) -> None:
@@ -107,6 +116,8 @@ def store(key: str, trace: Any) -> None:
     for an unwritable cache directory."""
     path = cache_path(key)
     arrays = {name: getattr(trace, name) for name in _ARRAY_DTYPES}
+    sessions = _NO_SESSIONS if trace.session_ids is None else trace.session_ids
+    arrays["session_ids"] = np.ascontiguousarray(sessions, dtype=np.int64)
     checksum = _checksum(key, {**arrays, "sha256": trace.sha256, "n_blocks": trace.n_blocks})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,5 +156,10 @@ def _is_consistent(fields: dict[str, Any]) -> bool:
     if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(block_ids):
         return False
     if (np.diff(offsets) < 0).any() or n_blocks < 0:
+        return False
+    sessions = fields["session_ids"]
+    if sessions.dtype != np.int64 or sessions.ndim != 1 or len(sessions) not in (0, n):
+        return False
+    if len(sessions) and sessions.min() < -1:
         return False
     return len(block_ids) == 0 or (block_ids.min() >= 0 and block_ids.max() < n_blocks)

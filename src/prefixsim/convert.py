@@ -6,7 +6,9 @@ the Mooncake format every tool of that ecosystem reads: one line per request wit
 (0, 1, ... in order of first appearance, which is how Mooncake's own traces number them). Token
 and chat traces are hashed at ``--block-size`` (required for them); ``--chain`` re-hashes an
 unchained Mooncake trace. ``OUT`` ending in ``.gz`` is gzip-compressed. Loading ``OUT`` gives the
-same replays as loading ``IN`` at that block size.
+same replays as loading ``IN`` at that block size. A request with a session gets
+``"session_id": <its dense session id>`` (0, 1, ... in order of first appearance, so reading
+them back numbers them the same and the ``session`` router routes the same).
 """
 
 from __future__ import annotations
@@ -36,13 +38,16 @@ def mooncake_lines(trace: Trace, batch: int = 10_000) -> Iterator[str]:
         base = int(trace.offsets[lo])
         offsets = (trace.offsets[lo : hi + 1] - base).tolist()
         ids = trace.block_ids[base : int(trace.offsets[hi])].tolist()
+        no_sessions = trace.session_ids is None
+        sessions = [-1] * (hi - lo) if no_sessions else trace.session_ids[lo:hi].tolist()  # type: ignore[index]
         for r in range(hi - lo):
             t = ts[r]
             stamp = json.dumps(int(t) if t.is_integer() and abs(t) < 2**53 else t)
             hash_ids = ",".join(map(str, ids[offsets[r] : offsets[r + 1]]))
+            session = f', "session_id": {sessions[r]}' if sessions[r] >= 0 else ""
             yield (
                 f'{{"timestamp": {stamp}, "input_length": {ins[r]}, '
-                f'"output_length": {outs[r]}, "hash_ids": [{hash_ids}]}}\n'
+                f'"output_length": {outs[r]}, "hash_ids": [{hash_ids}]{session}}}\n'
             )
 
 

@@ -40,6 +40,7 @@ from . import _trace_cache, formats
 from ._exact import INT64_MAX, exact_sum, first_running_total_over
 from .errors import ParameterError, TraceError
 from .formats import TraceOptions, mooncake_stream
+from .formats.sessions import SESSION_KEY, check_session_id, dense_session_ids
 
 BUNDLED_TRACES: dict[str, str] = {"conversation": "conversation.jsonl.gz"}
 """Names of the traces shipped in ``prefixsim/data`` and their file names."""
@@ -69,6 +70,10 @@ class Trace:
     block_size: int | None = None
     """The block size the blocks were hashed at (token and chat traces), or None when the blocks
     do not depend on it (Mooncake ``hash_ids``); replaying at another block size is refused."""
+    session_ids: np.ndarray | None = field(default=None, repr=False)
+    """int64 per request: the request's ``session_id`` (any JSON string or integer) numbered
+    densely ``0, 1, ...`` in order of first appearance (``"7"`` and ``7`` are two sessions), -1
+    for a request without one (absent or null); None when no request has one."""
 
     def __post_init__(self) -> None:
         _check_total_prompt_tokens(self)
@@ -157,7 +162,8 @@ def load_trace(
     A name in :data:`BUNDLED_TRACES` that is not an existing file loads the bundled trace. Blank
     lines are skipped; every other line must be one JSON object with ``timestamp`` (a number),
     ``input_length`` and ``output_length`` (non-negative integers) and ``hash_ids`` (a list of
-    integers of any size and sign); other keys are ignored. Booleans are not numbers here, and
+    integers of any size and sign), optionally ``session_id`` (a string or an integer:
+    :mod:`prefixsim.formats.sessions`); other keys are ignored. Booleans are not numbers here, and
     ``3.0`` or ``1e3`` are not integers.
 
     With ``use_cache`` (the default), a file whose raw bytes were parsed before is read from the
@@ -263,7 +269,9 @@ def _parse_jsonl(data: bytes, display: str) -> dict[str, Any]:
     """The :class:`Trace` fields but ``name`` and ``sha256`` from uncompressed JSONL bytes."""
     body = data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
     lines = _non_blank_lines(body)
-    fields = _parse_fast(body, lines)
+    # Session ids are read by the exact parser only (pyarrow would need a typed column for a
+    # string-or-integer field); files without the key, the usual case, keep the fast path.
+    fields = None if SESSION_KEY in body else _parse_fast(body, lines)
     return fields if fields is not None else _parse_slow(body, display, lines)
 
 
@@ -348,6 +356,7 @@ def _columns(
         "block_ids": np.asarray(block_ids, dtype=np.int32),
         "n_blocks": int(n_blocks),
         "line_numbers": np.array(line_numbers, dtype=np.int64),
+        "session_ids": None,  # the exact parser fills it in when the file has session ids
     }
 
 
@@ -542,12 +551,14 @@ def _parse_slow(body: bytes, display: str, lines: _Lines | None = None) -> dict[
     lengths: list[int] = []
     hash_ids: list[int] = []
     line_numbers: list[int] = []
+    sessions: list[tuple[str, Any] | None] = []
     if lines is None:
         lines = _non_blank_lines(body)
     spans = zip(lines.numbers.tolist(), lines.starts.tolist(), lines.ends.tolist(), strict=True)
     for line_number, start, end in spans:
         obj = _decode_line(body[start:end], display, line_number)
         ts, n_in, n_out, ids = _check_request(obj, display, line_number)
+        sessions.append(check_session_id(obj, display, line_number))
         timestamps.append(ts)
         input_lengths.append(n_in)
         output_lengths.append(n_out)
@@ -563,9 +574,11 @@ def _parse_slow(body: bytes, display: str, lines: _Lines | None = None) -> dict[
     first_seen = dict.fromkeys(hash_ids)
     dense = dict(zip(first_seen, range(len(first_seen)), strict=True))
     block_ids = np.fromiter(map(dense.__getitem__, hash_ids), dtype=np.int32, count=len(hash_ids))
-    return _columns(
+    fields = _columns(
         timestamps, input_lengths, output_lengths, lengths, block_ids, len(dense), line_numbers
     )
+    fields["session_ids"] = dense_session_ids(sessions)
+    return fields
 
 
 def _decode_line(line: bytes, display: str, line_number: int) -> Any:

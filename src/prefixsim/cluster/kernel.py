@@ -2,10 +2,16 @@
 ``kv_aware``): every instance's policy state in instance-indexed arrays, routing, replay and
 the FCFS load model in one compiled pass.
 
-Per-block state of instance ``i`` lives at flat index ``i * n_blocks + block``; per-instance
-scalars (list heads, queue lengths) are arrays indexed by ``i``, loaded into locals for the
-chosen instance and stored back after its request. The access code of each policy is the one
-of its single-cache kernel (``prefixsim.policies.lru`` / ``s3fifo``) with those offsets; the
+Per-(instance, block) state (residency, links, frequency) is indexed by a dense *pair id*,
+numbered in order of the pair's first access, like the single-cache kernels' dense block ids:
+``pair[block * n_instances + i]`` holds the pair id + 1 (0: instance ``i`` never accessed the
+block, so it is not resident there). There are at most as many pairs as block accesses, so the
+state stays as compact as one cache's instead of ``n_instances * n_blocks`` entries scattered
+over tens of MB (which cost a cache miss per access: 10x slower at 16 instances), and the
+table keeps a block's entries for all instances in one cache line for ``kv_aware``'s probes.
+Per-instance scalars (list heads, queue lengths) are arrays indexed by ``i``, loaded into locals
+for the chosen instance and stored back after its request. The access code of each policy is
+the one of its single-cache kernel (``prefixsim.policies.lru`` / ``s3fifo``) on pair ids; the
 routing code is the definition of ``docs/cluster.md``. Everything is one function per policy
 with scalar locals (numba reference-counts array arguments of helper calls, which made
 helper-per-rule kernels many times slower); the only helper, :func:`prefill_seconds`, takes
@@ -14,11 +20,13 @@ scalars.
 Kernel contract::
 
     kernel(block_ids, offsets, input_lengths, output_lengths, arrival, n_blocks, block_size,
-           n_instances, router_code, overlap_weight, decode_s, consts, cnt, *policy_args)
+           n_instances, router_code, overlap_weight, decode_s, consts, cnt, pair, *policy_args)
         -> (instance int32[n], hit_tokens int64[n], delay, prefill, service float64[n],
             final_cache_blocks int64[n_instances])
 
-``cnt`` is int64 ``[n_instances, len(counter_names)]``, zeroed, filled in place.
+``cnt`` is int64 ``[n_instances, len(counter_names)]``, zeroed, filled in place; ``pair`` is
+``n_blocks * n_instances`` zeros (int32, or int64 when the accesses could pass int32), used in
+place.
 """
 
 from __future__ import annotations
@@ -35,13 +43,15 @@ from .routers import KERNEL_KV_AWARE
 @njit(cache=True)
 def lru_cluster_kernel(
     block_ids, offsets, input_lengths, output_lengths, arrival, n_blocks, block_size,
-    n_instances, router_code, overlap_weight, decode_s, consts, cnt, capacity,
+    n_instances, router_code, overlap_weight, decode_s, consts, cnt, pair, capacity,
 ):  # fmt: skip
     bs, two_p, coeff, eff, kvb, bw = consts
-    total = n_instances * n_blocks
-    resident = np.zeros(total, np.bool_)
-    prev = np.empty(total, np.int32)
-    nxt = np.empty(total, np.int32)
+    # Per-(instance, block) state is indexed by a dense pair id (see the module docstring).
+    max_pairs = min(block_ids.shape[0], n_instances * n_blocks)
+    resident = np.zeros(max_pairs, np.bool_)
+    prev = np.empty(max_pairs, pair.dtype)
+    nxt = np.empty(max_pairs, pair.dtype)
+    n_pairs = 0
     heads = np.full(n_instances, -1, np.int64)
     tails = np.full(n_instances, -1, np.int64)
     sizes = np.zeros(n_instances, np.int64)
@@ -61,27 +71,35 @@ def lru_cluster_kernel(
         best = -1
         best_cost = 0.0
         best_hit = 0
+        memo_hit = -1
+        memo_p = 0.0
         for i in range(n_instances):
             load = (free[i] if free[i] > t else t) - t
             cost = load
             hit = 0
             if router_code == KERNEL_KV_AWARE:
-                base = i * n_blocks
                 k = start
-                while k < end and resident[base + block_ids[k]]:
+                while k < end:
+                    q = pair[block_ids[k] * n_instances + i] - 1
+                    if q < 0 or not resident[q]:
+                        break
                     k += 1
                 hit = min((k - start) * block_size, n)
-                p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
-                cost = overlap_weight * p + load
+                if hit != memo_hit:  # instances often share a prefix length: reuse its time
+                    memo_hit = hit
+                    memo_p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                cost = overlap_weight * memo_p + load
             if best < 0 or cost < best_cost:
                 best = i
                 best_cost = cost
                 best_hit = hit
         i = best
         if router_code != KERNEL_KV_AWARE:  # least_loaded: the prefix of the chosen one only
-            base = i * n_blocks
             k = start
-            while k < end and resident[base + block_ids[k]]:
+            while k < end:
+                q = pair[block_ids[k] * n_instances + i] - 1
+                if q < 0 or not resident[q]:
+                    break
                 k += 1
             best_hit = min((k - start) * block_size, n)
         instance[r] = i
@@ -93,43 +111,47 @@ def lru_cluster_kernel(
         prefill[r] = p
         service[r] = p + float(output_lengths[r]) * decode_s
         free[i] = begin + service[r]
-        # Access every block of the request in instance i's LRU (lru_kernel, offset by base).
-        base = i * n_blocks
+        # Access every block of the request in instance i's LRU (lru_kernel, on pair ids).
         head = heads[i]
         tail = tails[i]
         size = sizes[i]
         hits = 0
         evictions = 0
         for j in range(start, end):
-            h = block_ids[j]
-            if resident[base + h]:
+            slot = block_ids[j] * n_instances + i
+            h = pair[slot] - 1
+            if h < 0:  # the block's first access on instance i: a new pair, not resident
+                h = n_pairs
+                n_pairs += 1
+                pair[slot] = h + 1
+            if resident[h]:
                 hits += 1
                 if h == tail:
                     continue
-                p_ = prev[base + h]
-                n_ = nxt[base + h]
+                p_ = prev[h]
+                n_ = nxt[h]
                 if p_ >= 0:
-                    nxt[base + p_] = n_
+                    nxt[p_] = n_
                 else:
                     head = n_
-                prev[base + n_] = p_
+                prev[n_] = p_
             else:
                 if size >= capacity:
                     victim = head
-                    head = nxt[base + victim]
+                    head = nxt[victim]
                     if head >= 0:
-                        prev[base + head] = -1
+                        prev[head] = -1
                     else:
                         tail = -1
-                    resident[base + victim] = False
+                    resident[victim] = False
                     size -= 1
                     evictions += 1
-                resident[base + h] = True
+                resident[h] = True
                 size += 1
-            prev[base + h] = tail
-            nxt[base + h] = -1
+            prev[h] = tail
+            nxt[h] = -1
             if tail >= 0:
-                nxt[base + tail] = h
+                nxt[tail] = h
             else:
                 head = h
             tail = h
@@ -147,16 +169,18 @@ _NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
 @njit(cache=True)
 def s3fifo_cluster_kernel(
     block_ids, offsets, input_lengths, output_lengths, arrival, n_blocks, block_size,
-    n_instances, router_code, overlap_weight, decode_s, consts, cnt,
+    n_instances, router_code, overlap_weight, decode_s, consts, cnt, pair,
     small_cap, main_cap, max_freq, ghost_freq,
 ):  # fmt: skip
     bs, two_p, coeff, eff, kvb, bw = consts
-    total = n_instances * n_blocks
-    where = np.zeros(total, np.int8)
-    freq = np.zeros(total, np.int32)
-    g_link = np.empty((total, 2), np.int32)  # [prev, next] block ids within the instance
-    s_rings = np.empty((n_instances, small_cap), np.int32)
-    m_rings = np.empty((n_instances, main_cap), np.int32)
+    # Per-(instance, block) state is indexed by a dense pair id (see the module docstring).
+    max_pairs = min(block_ids.shape[0], n_instances * n_blocks)
+    n_pairs = 0
+    where = np.zeros(max_pairs, np.int8)
+    freq = np.zeros(max_pairs, np.int32)
+    g_link = np.empty((max_pairs, 2), pair.dtype)  # [prev, next] pair ids within the instance
+    s_rings = np.empty((n_instances, small_cap), pair.dtype)
+    m_rings = np.empty((n_instances, main_cap), pair.dtype)
     s_heads = np.zeros(n_instances, np.int64)
     s_lens = np.zeros(n_instances, np.int64)
     m_heads = np.zeros(n_instances, np.int64)
@@ -181,32 +205,34 @@ def s3fifo_cluster_kernel(
         best = -1
         best_cost = 0.0
         best_hit = 0
+        memo_hit = -1
+        memo_p = 0.0
         for i in range(n_instances):
             load = (free[i] if free[i] > t else t) - t
             cost = load
             hit = 0
             if router_code == KERNEL_KV_AWARE:
-                base = i * n_blocks
                 k = start
                 while k < end:
-                    w = where[base + block_ids[k]]
-                    if w != _IN_S and w != _IN_M:
+                    q = pair[block_ids[k] * n_instances + i] - 1
+                    if q < 0 or (where[q] != _IN_S and where[q] != _IN_M):
                         break
                     k += 1
                 hit = min((k - start) * block_size, n)
-                p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
-                cost = overlap_weight * p + load
+                if hit != memo_hit:  # instances often share a prefix length: reuse its time
+                    memo_hit = hit
+                    memo_p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                cost = overlap_weight * memo_p + load
             if best < 0 or cost < best_cost:
                 best = i
                 best_cost = cost
                 best_hit = hit
         i = best
         if router_code != KERNEL_KV_AWARE:  # least_loaded: the prefix of the chosen one only
-            base = i * n_blocks
             k = start
             while k < end:
-                w = where[base + block_ids[k]]
-                if w != _IN_S and w != _IN_M:
+                q = pair[block_ids[k] * n_instances + i] - 1
+                if q < 0 or (where[q] != _IN_S and where[q] != _IN_M):
                     break
                 k += 1
             best_hit = min((k - start) * block_size, n)
@@ -219,8 +245,7 @@ def s3fifo_cluster_kernel(
         prefill[r] = p
         service[r] = p + float(output_lengths[r]) * decode_s
         free[i] = begin + service[r]
-        # Access every block in instance i's S3FIFO (s3fifo_kernel, offset by base).
-        base = i * n_blocks
+        # Access every block in instance i's S3FIFO (s3fifo_kernel, on pair ids).
         s_ring = s_rings[i]
         m_ring = m_rings[i]
         s_head = s_heads[i]
@@ -232,12 +257,17 @@ def s3fifo_cluster_kernel(
         g_tail = g_tails[i]
         hits = evictions = ghost_hits = promotions = 0
         for j in range(start, end):
-            h = block_ids[j]
-            w = where[base + h]
+            slot = block_ids[j] * n_instances + i
+            h = pair[slot] - 1
+            if h < 0:  # the block's first access on instance i: a new pair, not resident
+                h = n_pairs
+                n_pairs += 1
+                pair[slot] = h + 1
+            w = where[h]
             if w == _IN_S or w == _IN_M:  # noqa: SIM109
                 hits += 1
-                f = freq[base + h] + 1
-                freq[base + h] = f if f < max_freq else max_freq
+                f = freq[h] + 1
+                freq[h] = f if f < max_freq else max_freq
                 continue
             to_g = -1
             to_m = -1
@@ -245,14 +275,14 @@ def s3fifo_cluster_kernel(
             to_s = -1
             if w == _IN_G:
                 ghost_hits += 1
-                p_ = g_link[base + h, 0]
-                n_ = g_link[base + h, 1]
+                p_ = g_link[h, 0]
+                n_ = g_link[h, 1]
                 if p_ >= 0:
-                    g_link[base + p_, 1] = n_
+                    g_link[p_, 1] = n_
                 else:
                     g_head = n_
                 if n_ >= 0:
-                    g_link[base + n_, 0] = p_
+                    g_link[n_, 0] = p_
                 else:
                     g_tail = p_
                 g_len -= 1
@@ -264,22 +294,22 @@ def s3fifo_cluster_kernel(
                 if to_g >= 0:
                     if g_len >= ghost_cap:
                         old = g_head
-                        g_head = g_link[base + old, 1]
+                        g_head = g_link[old, 1]
                         if g_head >= 0:
-                            g_link[base + g_head, 0] = -1
+                            g_link[g_head, 0] = -1
                         else:
                             g_tail = -1
-                        where[base + old] = _NONE
+                        where[old] = _NONE
                         g_len -= 1
-                    g_link[base + to_g, 0] = g_tail
-                    g_link[base + to_g, 1] = -1
+                    g_link[to_g, 0] = g_tail
+                    g_link[to_g, 1] = -1
                     if g_tail >= 0:
-                        g_link[base + g_tail, 1] = to_g
+                        g_link[g_tail, 1] = to_g
                     else:
                         g_head = to_g
                     g_tail = to_g
                     g_len += 1
-                    where[base + to_g] = _IN_G
+                    where[to_g] = _IN_G
                     to_g = -1
                 if to_m >= 0:
                     while m_len >= main_cap:
@@ -287,9 +317,9 @@ def s3fifo_cluster_kernel(
                         m_head += 1
                         if m_head == main_cap:
                             m_head = 0
-                        vf = freq[base + victim]
+                        vf = freq[victim]
                         if vf >= 1:
-                            freq[base + victim] = vf - 1
+                            freq[victim] = vf - 1
                             continue
                         m_len -= 1
                         evictions += 1
@@ -300,8 +330,8 @@ def s3fifo_cluster_kernel(
                         pos -= main_cap
                     m_ring[pos] = to_m
                     m_len += 1
-                    where[base + to_m] = _IN_M
-                    freq[base + to_m] = to_m_freq
+                    where[to_m] = _IN_M
+                    freq[to_m] = to_m_freq
                     to_m = -1
                     continue
                 if to_s < 0:
@@ -312,7 +342,7 @@ def s3fifo_cluster_kernel(
                     if s_head == small_cap:
                         s_head = 0
                     s_len -= 1
-                    vf = freq[base + victim]
+                    vf = freq[victim]
                     if vf >= 1:
                         promotions += 1
                         to_m = victim
@@ -326,8 +356,8 @@ def s3fifo_cluster_kernel(
                     pos -= small_cap
                 s_ring[pos] = to_s
                 s_len += 1
-                where[base + to_s] = _IN_S
-                freq[base + to_s] = 0
+                where[to_s] = _IN_S
+                freq[to_s] = 0
                 break
         s_heads[i] = s_head
         s_lens[i] = s_len

@@ -135,22 +135,25 @@ def split_subtraces(block_ids, offsets, instance, n_instances, n_blocks):
     blocks = np.empty(block_ids.shape[0], np.int32)
     sub_offsets = np.empty(n_requests + n_instances, np.int64)
     n_local = np.zeros(n_instances, np.int64)
-    local = np.empty(n_blocks, np.int32)
-    owner = np.full(n_blocks, -1, np.int32)  # local[b] is valid iff owner[b] == i
+    # stamp[b] = (i + 1) * 2**32 + local id of b in instance i, for the last instance i that
+    # met b (0: none yet): one array, so one cache miss per access, and zeros cost nothing.
+    stamp = np.zeros(n_blocks, np.int64)
     for i in range(n_instances):
         pos = acc_start[i]
         base = pos
         count = 0
+        mine = np.int64(i + 1) << 32
         sub_offsets[req_start[i] + i] = 0
         for j in range(req_start[i], req_start[i + 1]):
             r = rows[j]
             for k in range(offsets[r], offsets[r + 1]):
                 b = block_ids[k]
-                if owner[b] != i:
-                    owner[b] = i
-                    local[b] = count
+                s = stamp[b]
+                if s >> 32 != i + 1:
+                    s = mine + count
+                    stamp[b] = s
                     count += 1
-                blocks[pos] = local[b]
+                blocks[pos] = s & 0xFFFFFFFF
                 pos += 1
             sub_offsets[j + i + 1] = pos - base
         n_local[i] = count

@@ -336,6 +336,14 @@ def _static_cluster(
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)
 
 
+def _pair_table(trace: Trace, instances: int) -> np.ndarray:
+    """The cluster kernel's map from (block, instance) to pair id + 1, all 0 (no pair yet).
+    ``np.zeros`` leaves untouched pages unallocated; int64 only when the pair ids (at most one
+    per block access) could pass int32."""
+    dtype = np.int32 if trace.n_accesses < 2**31 - 1 else np.int64
+    return np.zeros(trace.n_blocks * instances, dtype)
+
+
 def _dynamic_cluster(
     trace: Trace,
     params: PolicyParams,
@@ -364,6 +372,7 @@ def _dynamic_cluster(
         load.decode_seconds_per_token,
         load.constants(block_size),
         cnt,
+        _pair_table(trace, instances),
         *spec.kernel_args(params),
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
+from numba import njit
 
 from ..errors import ParameterError
 from ..policies.base import check_int
@@ -228,36 +229,93 @@ class SessionRouter(ReferenceRouter):
         self.owners = [i for _, i in ring]
 
     def choose(self, r: int, view: ClusterView) -> int:
+        sessions = self.trace.session_ids
         blocks = self.trace.request_blocks(r)
-        if len(blocks) == 0:
+        if sessions is not None and sessions[r] >= 0:  # the request's dense session id
+            key = mix64(int(sessions[r]))
+        elif len(blocks) == 0:
             return 0
-        key = mix64(int(blocks[0]))
-        for b in blocks[1 : self.params.key_blocks].tolist():  # type: ignore[attr-defined]
-            key = mix64(key ^ b)
+        else:
+            key = self._block_key(blocks)
         j = bisect.bisect_left(self.points, key)  # the first point >= key
         return self.owners[j % len(self.points)]  # past the last point: wrap to the first
 
+    def _block_key(self, blocks: np.ndarray) -> int:
+        key = mix64(int(blocks[0]))
+        for b in blocks[1 : self.params.key_blocks].tolist():  # type: ignore[attr-defined]
+            key = mix64(key ^ b)
+        return key
 
-def _assign_session(params: RouterParams, instances: int, trace: Trace) -> np.ndarray:
-    vnodes = params.vnodes  # type: ignore[attr-defined]
+
+def ring_arrays(instances: int, vnodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ring_points` as two arrays: the sorted points (uint64) and their owners (int32)."""
     inst = np.repeat(np.arange(instances, dtype=np.uint64), vnodes)
     v = np.tile(np.arange(vnodes, dtype=np.uint64), instances)
     points = mix64_array((inst + np.uint64(1)) * np.uint64(2**32) + v)
     order = np.lexsort((inst, points))  # by point, then instance
-    points, owners = points[order], inst[order].astype(np.int32)
-    starts = trace.offsets[:-1]
-    has_blocks = trace.offsets[1:] > starts
-    lengths = trace.offsets[1:] - starts
-    keys = np.zeros(trace.n_requests, np.uint64)
-    keys[has_blocks] = mix64_array(trace.block_ids[starts[has_blocks]].astype(np.uint64))
-    for b in range(1, params.key_blocks):  # type: ignore[attr-defined]
-        longer = lengths > b
-        if not longer.any():
-            break
-        block = trace.block_ids[starts[longer] + b].astype(np.uint64)
-        keys[longer] = mix64_array(keys[longer] ^ block)
-    j = np.searchsorted(points, keys, side="left") % len(points)
-    return np.where(has_blocks, owners[j], 0).astype(np.int32)
+    return points[order], inst[order].astype(np.int32)
+
+
+@njit(cache=True)
+def _mix64_u(z):
+    """:func:`mix64` compiled; ``z`` is a uint64 and every constant is one (numba would turn
+    a uint64 mixed with an int64 into a float64)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def session_assign_kernel(block_ids, offsets, session_ids, key_blocks, points, owners):
+    """The session router over the whole trace in one compiled pass: each request's key, then
+    the first ring point ``>= key`` (wrapping past the last point) through a bucket table. A request
+    with a session id (``session_ids`` non-empty and its id >= 0) has the key ``mix64(id)``;
+    the others hash their first ``key_blocks`` block ids, or go to instance 0 without blocks."""
+    n_requests = offsets.shape[0] - 1
+    n_points = points.shape[0]
+    # A bucket table instead of a binary search per request (random keys made its branches
+    # unpredictable): the top ``bits`` bits of a key name its bucket, about 4 buckets per point,
+    # and first[b] is the index of the first point whose bucket is >= b (n_points if none).
+    bits = 2
+    while (1 << bits) < 4 * n_points and bits < 24:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    first = np.empty((1 << bits) + 1, np.int64)
+    j = 0
+    for b in range((1 << bits) + 1):
+        while j < n_points and (points[j] >> shift) < np.uint64(b):
+            j += 1
+        first[b] = j
+    out = np.empty(n_requests, np.int32)
+    by_session = session_ids.shape[0] > 0
+    for r in range(n_requests):
+        start = offsets[r]
+        end = offsets[r + 1]
+        if by_session and session_ids[r] >= 0:
+            key = _mix64_u(np.uint64(session_ids[r]))
+        elif end == start:
+            out[r] = 0
+            continue
+        else:
+            key = _mix64_u(np.uint64(block_ids[start]))
+            stop = min(end, start + key_blocks)
+            for k in range(start + 1, stop):
+                key = _mix64_u(key ^ np.uint64(block_ids[k]))
+        # The first point >= key (bisect_left): from the first point of key's bucket on.
+        j = first[key >> shift]
+        while j < n_points and points[j] < key:
+            j += 1
+        out[r] = owners[j if j < n_points else 0]
+    return out
+
+
+def _assign_session(params: RouterParams, instances: int, trace: Trace) -> np.ndarray:
+    points, owners = ring_arrays(instances, params.vnodes)  # type: ignore[attr-defined]
+    sessions = np.empty(0, np.int64) if trace.session_ids is None else trace.session_ids
+    key_blocks = min(params.key_blocks, 2**62)  # type: ignore[attr-defined]
+    return session_assign_kernel(
+        trace.block_ids, trace.offsets, sessions, key_blocks, points, owners
+    )
 
 
 # --- least_loaded and kv_aware --------------------------------------------------------------

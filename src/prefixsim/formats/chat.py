@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import ParameterError, TraceError
 from . import TraceOptions
+from .sessions import check_session_id, dense_session_ids
 from .tokens import TokenTable, check_fields, check_output_length, check_timestamp
 
 TEMPLATES: dict[str, tuple[str, str]] = {
@@ -107,6 +108,7 @@ def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
     timestamps: list[float | None] = []
     outputs: list[int] = []
     line_numbers: list[int] = []
+    sessions: list[tuple[str, Any] | None] = []
     for line_number, line in enumerate(body.split(b"\n"), start=1):
         if not line.strip(b" \t\r"):
             continue
@@ -125,6 +127,7 @@ def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
             )
         timestamps.append(check_timestamp(obj, display, line_number) if has_ts else None)
         outputs.append(check_output_length(obj, display, line_number))
+        sessions.append(check_session_id(obj, display, line_number))
         texts.append(render(messages, opts.chat_template))
         line_numbers.append(line_number)
     if not line_numbers:
@@ -142,6 +145,7 @@ def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
         token_offsets=offsets,
         tokens=np.concatenate(ids) if ids else np.empty(0, dtype=np.int64),
         line_numbers=np.array(line_numbers, dtype=np.int64),
+        session_ids=dense_session_ids(sessions),
     )
 
 

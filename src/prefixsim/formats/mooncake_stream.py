@@ -11,10 +11,10 @@ non-blank line is one object whose keys are exactly ``timestamp``, ``input_lengt
 numbers without exponent (``timestamp`` with at most 15 digits, read exactly as Python's
 ``float``; the others integers of at most 18 digits, so they fit int64), ``input_length`` and
 ``output_length`` non-negative, and ``hash_ids`` non-negative ids dense enough for a direct
-table (below ``8 * accesses + 2**20``). On anything else (another key, an exponent, a string, a
-bad line...) it gives up and :func:`prefixsim.load_trace` falls back to its exact loader, which
-either reads the same trace or reports the first bad line: the result never depends on which
-path ran (tested).
+table (below ``8 * accesses + 2**20``). On anything else (another key, ``session_id`` too, an
+exponent, a string, a bad line...) it gives up and :func:`prefixsim.load_trace` falls back to
+its exact loader, which either reads the same trace or reports the first bad line: the result
+never depends on which path ran (tested).
 """
 
 from __future__ import annotations

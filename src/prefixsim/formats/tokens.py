@@ -5,7 +5,8 @@ One request per line::
     {"timestamp": <ms>, "token_ids": [<int>, ...], "output_length": <int>, "session_id": ...}
 
 ``timestamp`` and ``token_ids`` are required; ``output_length`` is optional (absent or null
-means 0); ``session_id`` and any other key are ignored. Token ids are integers in
+means 0); ``session_id`` is optional (a string or an integer, :mod:`.sessions`); any other key
+is ignored. Token ids are integers in
 ``[0, 2**63)``. ``input_length`` is the number of token ids; the blocks are the full
 ``block_size`` blocks of the prompt hashed by :mod:`prefixsim.formats.hashing`.
 
@@ -24,12 +25,13 @@ import numpy as np
 
 from ..errors import TraceError
 from . import hashing
+from .sessions import SESSION_KEY, check_session_id, dense_session_ids
 
 TOKEN_FIELDS = {
     "timestamp": "a finite number (arrival time, ms)",
     "token_ids": "a list of integers in [0, 2**63) (the prompt's token ids)",
     "output_length": "optional, a non-negative integer (output tokens)",
-    "session_id": "optional, ignored",
+    "session_id": "optional, a string or an integer (the request's session)",
 }
 _INT64_MAX = 2**63 - 1
 
@@ -44,6 +46,7 @@ class TokenTable:
     token_offsets: np.ndarray  # int64, n_requests + 1
     tokens: np.ndarray  # int64
     line_numbers: np.ndarray  # int64, 1-based
+    session_ids: np.ndarray | None = None  # int64 dense ids, -1: none (formats.sessions)
 
     @property
     def n_requests(self) -> int:
@@ -62,6 +65,7 @@ def hash_tokens(table: TokenTable, block_size: int, display: str) -> dict[str, A
         "block_ids": block_ids,
         "n_blocks": n_blocks,
         "line_numbers": np.asarray(table.line_numbers, dtype=np.int64),
+        "session_ids": table.session_ids,
     }
 
 
@@ -76,6 +80,8 @@ def _parse_fast(body: bytes) -> TokenTable | None:
     must decide (anything unusual, including every error)."""
     from ..trace import _as_numpy, _non_blank_lines, _one_object_per_line
 
+    if SESSION_KEY in body:
+        return None  # session ids: the exact parser reads them
     if not body.isascii():
         try:
             body.decode("utf-8")
@@ -150,11 +156,13 @@ def _parse_slow(body: bytes, display: str) -> TokenTable:
     lengths: list[int] = []
     tokens: list[int] = []
     line_numbers: list[int] = []
+    sessions: list[tuple[str, Any] | None] = []
     for line_number, line in enumerate(body.split(b"\n"), start=1):
         if not line.strip(b" \t\r"):
             continue
         obj = _decode_line(line, display, line_number)
         ts, ids, out = check_token_request(obj, display, line_number)
+        sessions.append(check_session_id(obj, display, line_number))
         timestamps.append(ts)
         outputs.append(out)
         lengths.append(len(ids))
@@ -170,6 +178,7 @@ def _parse_slow(body: bytes, display: str) -> TokenTable:
         token_offsets=offsets,
         tokens=np.array(tokens, dtype=np.int64),
         line_numbers=np.array(line_numbers, dtype=np.int64),
+        session_ids=dense_session_ids(sessions),
     )
 
 
