@@ -65,11 +65,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._exact import INT64_MAX, exact_sum
 from .errors import ParameterError
 from .hardware import HardwareProfile
 from .models import ModelProfile
-
-INT64_MAX = 2**63 - 1
 
 
 def _attention_coefficient(model: ModelProfile) -> int:
@@ -278,15 +277,9 @@ class PrefillCost:
 
 
 def _exact_sum(a: np.ndarray, name: str, limit: int | None = INT64_MAX) -> int:
-    """Exact sum of an int64 array (no wrap-around: Python ints when it could overflow);
-    past ``limit`` it is a :class:`ParameterError` naming ``name``."""
-    if not len(a):
-        return 0
-    low, high = int(a.min()), int(a.max())
-    if max(high, -low) <= INT64_MAX // len(a):
-        total = int(a.sum())  # cannot wrap: every partial sum is within len(a) * max|a|
-    else:
-        total = sum(int(x) for x in a.tolist())
+    """Exact sum of an int64 array (:func:`prefixsim._exact.exact_sum`: no wrap-around); past
+    ``limit`` it is a :class:`ParameterError` naming ``name``."""
+    total = exact_sum(a)
     if limit is not None and total > limit:
         raise ParameterError(name, total, "total past int64; use a smaller trace")
     return total

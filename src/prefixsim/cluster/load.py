@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..cost import INT64_MAX
+from .._exact import INT64_MAX
 from ..errors import ParameterError
 from ..hardware import HardwareProfile, load_hardware
 from ..models import ModelProfile, load_model
