@@ -601,21 +601,14 @@ def execute(
         joblib.delayed(run_batch)(traces[b.trace_sha256], b.items(), per_request)
         for b in plan.batches
     )
-    backend_args: dict[str, Any] = {}
-    if ex.backend == Backend.dask:
-        backend_args["scatter"] = list(traces.values())
     # Outcomes come back with their point ids; map them back to batches as they finish.
     by_first_id = {b.points[0].point_id: b for b in plan.batches}
     with ExitStack() as stack:
-        if client is not None:
-            stack.enter_context(client.as_current())
         # Large trace arrays reach loky workers memory-mapped, copy-on-write ("c"): writable
-        # for numba, shared by all workers, never copied (see _local_trace).
-        mmap = {"mmap_mode": "c"} if ex.backend != Backend.dask else {}
+        # for numba, shared by all workers, never copied (see _local_trace). (Dask does not get
+        # here: its batches are futures, _execute_on_dask.)
         stack.enter_context(
-            joblib.parallel_config(
-                backend=ex.backend.value, n_jobs=plan.workers, **mmap, **backend_args
-            )
+            joblib.parallel_config(backend=ex.backend.value, n_jobs=plan.workers, mmap_mode="c")
         )
         # On an interrupt joblib warns about the tasks it cancels; the sweep says it better.
         stack.enter_context(warnings.catch_warnings())
