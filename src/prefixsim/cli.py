@@ -54,6 +54,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--block-size", type=int, default=512, help="tokens per block (default: %(default)s)"
     )
     add_trace_arguments(p)
+    _add_s3fifo_arguments(p)
+    _add_cost_arguments(p)
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="kernel",
+        help="compiled kernel or plain-Python reference (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-per-request",
+        dest="per_request",
+        action="store_false",
+        help="leave the per_request list out of the report",
+    )
+    p.add_argument(
+        "--oddities",
+        action="store_true",
+        help="add counts of legal trace oddities (duplicate hashes in a request, "
+        "hash_ids longer/shorter than ceil(input_length/block_size), ...) to the report",
+    )
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout"
+    )
+    return p  # fmt: skip
+
+
+def _add_s3fifo_arguments(p: argparse.ArgumentParser) -> None:
+    """S3FIFO's parameters, with the defaults of the policy's own dataclass."""
     s3 = p.add_argument_group("S3FIFO parameters (ignored by other policies)")
     s3.add_argument(
         "--small-ratio",
@@ -73,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=_S3.ghost_freq,
         help="freq a block re-admitted from the ghost starts with in M (default: %(default)s)",
     )
+
+
+def _add_cost_arguments(p: argparse.ArgumentParser) -> None:
+    """Model, size in bytes and hardware: what turns blocks into GiB and seconds."""
     cost = p.add_argument_group(
         "model and cost (docs/cost-model.md; est_ values are a model, not measurements)"
     )
@@ -103,28 +135,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="hbm",
         help="where the cached blocks are kept, for the transfer time (default: %(default)s)",
     )
-    p.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="kernel",
-        help="compiled kernel or plain-Python reference (default: %(default)s)",
-    )
-    p.add_argument(
-        "--no-per-request",
-        dest="per_request",
-        action="store_false",
-        help="leave the per_request list out of the report",
-    )
-    p.add_argument(
-        "--oddities",
-        action="store_true",
-        help="add counts of legal trace oddities (duplicate hashes in a request, "
-        "hash_ids longer/shorter than ceil(input_length/block_size), ...) to the report",
-    )
-    p.add_argument(
-        "-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout"
-    )
-    return p  # fmt: skip
 
 
 def _write_atomic(path: Path, text: str) -> None:
