@@ -16,13 +16,21 @@ policy plugs in by calling :func:`register` and never touches the replay.
 
 Kernel contract::
 
-    kernel(block_ids, offsets, input_lengths, n_blocks, block_size, counters, *kernel_args)
+    kernel(block_ids, offsets, input_lengths, n_blocks, block_size, counters,
+           *kernel_args, *kernel_state)
         -> (hit_tokens: int64[n_requests], final_cache_blocks: int)
 
-For every request ``r`` (blocks ``block_ids[offsets[r]:offsets[r+1]]``) the kernel first counts
-the leading blocks resident *at arrival* (stopping at the first non-resident one), stores
+(call it with ``*spec.kernel_inputs(params, n_blocks)`` after the first six arguments). For
+every request ``r`` (blocks ``block_ids[offsets[r]:offsets[r+1]]``) the kernel first counts the
+leading blocks resident *at arrival* (stopping at the first non-resident one), stores
 ``min(k * block_size, input_lengths[r])``, and only then accesses every block of the request in
 order. ``counters`` (int64, zeroed, one slot per name in ``counter_names``) is filled in place.
+
+``kernel_state`` (optional) is the kernel's working memory, fresh arrays allocated by numpy in
+Python for every call: numpy asks the operating system for transparent huge pages on large
+arrays and numba's allocator does not, which matters once the per-block state of a trace of
+millions of requests outgrows the TLB's reach (4 KiB pages: a TLB miss on nearly every access).
+A kernel that allocates its state itself has no ``kernel_state``.
 """
 
 from __future__ import annotations
@@ -218,6 +226,16 @@ class PolicySpec:
     kernel: Kernel
     kernel_args: Callable[[Any], tuple[Any, ...]]
     """Extra positional arguments of the kernel, derived from a validated params object."""
+    kernel_state: Callable[[Any, int], tuple[np.ndarray, ...]] | None = None
+    """``kernel_state(params, n_blocks)``: fresh working arrays for one kernel call, passed after
+    ``kernel_args`` (see the module docstring); None when the kernel allocates its own."""
+
+    def kernel_inputs(self, params: Any, n_blocks: int) -> tuple[Any, ...]:
+        """The kernel's arguments after the first six: ``kernel_args`` then a fresh
+        ``kernel_state`` for a trace of ``n_blocks`` distinct blocks."""
+        if self.kernel_state is None:
+            return self.kernel_args(params)
+        return (*self.kernel_args(params), *self.kernel_state(params, n_blocks))
 
     @property
     def counter_names(self) -> tuple[str, ...]:
