@@ -90,7 +90,6 @@ def lru_kernel(
     tail = -1
     size = 0
     hits = 0
-    evictions = 0
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
@@ -145,7 +144,6 @@ def lru_kernel(
                         tail = -1
                     resident[victim] = False
                     size -= 1
-                    evictions += 1
                 resident[h] = True
                 size += 1
             # append h at the most recently used end
@@ -157,7 +155,8 @@ def lru_kernel(
                 head = h
             tail = h
     cnt[0] += hits
-    cnt[1] += evictions
+    # evictions: every miss adds one block, every eviction removes one (one register fewer)
+    cnt[1] += (offsets[n_requests] - offsets[0]) - hits - size
     return hit_tokens, size
 
 
