@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import PolicyParams, PolicySpec, ReferencePolicy, register, zeroed_state
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def lru_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, cap
 def _kernel_state(p: LRUParams, n_blocks: int) -> tuple[np.ndarray]:
     """``link``, zeroed: no block resident."""
     dtype = np.int32 if n_blocks + 1 <= np.iinfo(np.int32).max else np.int64
-    return (np.zeros(2 * n_blocks, dtype),)
+    return (zeroed_state(2 * n_blocks, dtype),)
 
 
 def _kernel_args(p: LRUParams) -> tuple[int]:

@@ -54,6 +54,7 @@ from .base import (
     ReferencePolicy,
     check_int,
     register,
+    zeroed_state,
 )
 
 MAX_FREQ_LIMIT = 2**31 - 1  # the kernel keeps freq in int32
@@ -392,7 +393,7 @@ def _kernel_state(
     start uninitialised: a slot is read only after a write put an entry there."""
     g_size = 2 * p.ghost_cap
     small = max(p.max_freq, g_size) < _INT32_MAX_FIELD
-    st = np.zeros(n_blocks, np.int32 if small else np.int64)
+    st = zeroed_state(n_blocks, np.int32 if small else np.int64)
     return (
         st,
         np.empty(g_size, np.int32),
