@@ -28,9 +28,10 @@ order. ``counters`` (int64, zeroed, one slot per name in ``counter_names``) is f
 
 ``kernel_state`` (optional) is the kernel's working memory, fresh arrays allocated by numpy in
 Python for every call: numpy asks the operating system for transparent huge pages on large
-arrays and numba's allocator does not, which matters once the per-block state of a trace of
-millions of requests outgrows the TLB's reach (4 KiB pages: a TLB miss on nearly every access).
-A kernel that allocates its state itself has no ``kernel_state``.
+arrays (numba's allocator does not), and :func:`zeroed_state` faults the pages in before the
+kernel's loop rather than during it; both count once the per-block state of a trace of
+millions of requests is a gigabyte. A kernel that allocates its state itself has no
+``kernel_state``.
 """
 
 from __future__ import annotations
@@ -224,8 +225,8 @@ def zeroed_state(n: int, dtype: type[np.integer[Any]] | type[np.bool_]) -> np.nd
     ``np.zeros`` maps pages lazily; a kernel that then faults them in one by one, in its own
     access order, interleaves the zeroing of each fresh page (2 MiB with transparent huge pages)
     with its random accesses and evicts its working set from the CPU caches each time. At 10M
-    requests (1.1 GB of LRU state) that cost about 1.2 s of a 2.8 s replay; touching every page
-    first, in address order, costs 0.2-0.5 s (README, "Kernel layout")."""
+    requests (1.1 GB of LRU state) that cost 0.7-1.2 s of a 2.0-2.8 s replay in two runs;
+    touching every page first, in address order, 0.5 s at most (README, "Kernel layout")."""
     state = np.zeros(n, dtype)
     state[:: max(1, _PAGE_BYTES // state.itemsize)] = 0  # one write per page: faults them in
     return state

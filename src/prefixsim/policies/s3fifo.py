@@ -246,7 +246,7 @@ class S3FIFOReference(ReferencePolicy):
 # Few locals live through the loop, so they stay in registers: the rare counters (ghost hits,
 # promotions) are added to ``cnt`` in place, and evictions are not counted at all but derived
 # at the end (each miss adds one block to S ∪ M and each eviction removes one, so evictions =
-# misses - final size); that measured 5-10% faster on the bundled trace.
+# misses - final size); that measured 1-7% faster on the bundled trace.
 
 _NONE, _IN_G, _IN_S, _IN_M = 0, 1, 2, 3
 _INT32_MAX_FIELD = 2**29  # x * 4 + 3 <= 2**31 - 1 for every x < 2**29
