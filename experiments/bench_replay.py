@@ -5,16 +5,25 @@ second of the kernel (best of --repeat runs) and of the reference (one run) side
 their ratio; plus trace parse time, binary-cache load time, the kernels' first-call time (JIT
 compile or on-disk cache load, reported apart from the replays) and peak memory.
 
+With ``--baseline``, S3FIFO's and LRU's kernels are also timed against those of commit ebaec63
+(``bench_scale.OLD_KERNELS``): old and new alternate ``--repeat`` times per capacity (checked
+equal per request first), median by wall time and by the thread's CPU time.
+
     python experiments/bench_replay.py [--trace conversation] [--repeat 5] [--no-reference]
+                                       [--baseline]
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
+from typing import Any
 
-from prefixsim import load_trace, make_params, policy_names, replay_params
+import numpy as np
+
+from prefixsim import Trace, load_trace, make_params, policy_names, replay_params
 from prefixsim.policies import get_policy
 
 CAPACITIES = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
@@ -37,6 +46,9 @@ def main() -> None:
         "--policies", default=",".join(policy_names()), help="comma list (default: all)"
     )
     ap.add_argument("--no-reference", action="store_true", help="skip the slow reference runs")
+    ap.add_argument(
+        "--baseline", action="store_true", help="S3FIFO and LRU against ebaec63's kernels"
+    )
     args = ap.parse_args()
 
     parse = best_of(lambda: load_trace(args.trace, use_cache=False), 3)
@@ -88,8 +100,53 @@ def main() -> None:
             r = reference_s[policy, capacity]
             row += f"{r * 1e3:>10.0f}{n / r / 1e6:>12.2f}{r / k:>9.0f}x"
         print(row)
+    if args.baseline:
+        against_baseline(trace, [p for p in ("S3FIFO", "LRU") if p in policies], args.repeat)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak memory (max RSS of this process): {peak:.0f} MiB")
+
+
+def against_baseline(trace: Trace, policies: list[str], repeat: int) -> None:
+    """Each policy's kernel against ebaec63's, alternating, median of ``repeat``."""
+    from bench_scale import OLD_KERNELS  # the experiments folder is on sys.path
+
+    def run(policy: str, capacity: int, old: bool) -> tuple[float, float, tuple[Any, ...]]:
+        spec = get_policy(policy)
+        params = make_params(policy, capacity)
+        cnt = np.zeros(len(spec.counter_names), np.int64)
+        inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, 512, cnt)
+        kernel: Any = OLD_KERNELS[policy] if old else spec.kernel
+        wall, cpu = time.perf_counter(), time.thread_time()
+        if old:
+            out = kernel(*inputs, *spec.kernel_args(params))
+        else:  # allocating the kernel's state is part of its time
+            out = kernel(*inputs, *spec.kernel_inputs(params, trace.n_blocks))
+        return time.perf_counter() - wall, time.thread_time() - cpu, (*out, cnt)
+
+    n = trace.n_accesses
+    print(f"\nagainst ebaec63's kernels, alternating, median of {repeat} (M accesses/s)")
+    header = (f"{'policy':<8}{'capacity':>9}{'new wall':>10}{'new CPU':>9}"
+              f"{'old wall':>10}{'old CPU':>9}{'new/old (CPU)':>15}")  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for policy in policies:
+        for capacity in CAPACITIES:
+            new, old = run(policy, capacity, False)[2], run(policy, capacity, True)[2]
+            assert np.array_equal(new[0], old[0]) and new[1] == old[1], (policy, capacity)
+            assert np.array_equal(new[2], old[2]), (policy, capacity)
+            times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+            for rep in range(repeat):
+                for is_old in (rep % 2 == 1, rep % 2 == 0):
+                    times[is_old].append(run(policy, capacity, is_old)[:2])
+            med = {
+                k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v))
+                for k, v in times.items()
+            }
+            rates = [n / med[k][i] / 1e6 for k in (False, True) for i in (0, 1)]
+            print(
+                f"{policy:<8}{capacity:>9,}{rates[0]:>10.1f}{rates[1]:>9.1f}{rates[2]:>10.1f}"
+                f"{rates[3]:>9.1f}{med[True][1] / med[False][1]:>14.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -46,3 +46,62 @@ def test_engines_agree_on_bundled_trace(conversation: Trace, policy: str, capaci
     from prefixsim import make_params
 
     assert_engines_agree(conversation, make_params(policy, capacity), 512)
+
+
+# --- the kernels' own data structures, pinned where generated traces reach them rarely -------
+
+GHOST_RING_TRACE = [(16, [b]) for b in "abcdabefcdghabgd"]
+"""S3FIFO with capacity 4, small_ratio 0.5: S, M and G hold 2 blocks each; the kernel's G is a
+ring of 2 * 2 = 4 slots with tombstones. Following the specification, one block per request:
+
+ 1-4  a b c d   S=[c,d], a then b evicted to G=[a,b] (evictions 2); ring: a@0 b@1
+ 5-6  a b       ghost hits (2), both to M=[a,b]; G empty; ring: two tombstones
+ 7-8  e f       c then d evicted to G=[c,d] (evictions 4); ring: c@2 d@3, full
+ 9    c         ghost hit (3) (tombstone @2); M full, a (freq 0) evicted (5) to G=[d,a]:
+                the ring is full, so it is packed: d@0, then a@1
+ 10   d         ghost hit (4): the tombstone must land on d's new slot 0; b evicted (6), G=[a,b]
+ 11-14 g h a b  each evicts S's head (e f g h: evictions 7-10) into a full G, which drops its
+                oldest (a b e f): a and b are new again; S=[a,b], G=[g,h]
+ 15   g         ghost hit (5); c evicted from M (11): M=[d,g], G=[h,c]
+ 16   d         a hit in M: the only request with hit tokens (16, its whole input)
+
+A kernel that left d's slot stale when packing the ring would tombstone slot 3 at request 10,
+later drop d from G while it is in M, and miss at request 16."""
+
+
+def test_s3fifo_ghost_ring_packing() -> None:
+    from prefixsim import make_params
+
+    trace = make_trace(GHOST_RING_TRACE)
+    params = make_params("S3FIFO", 4, small_ratio=0.5)
+    result = replay_params(trace, params, 16, engine="kernel")
+    assert result.hit_tokens.tolist() == [0] * 15 + [16]
+    assert result.counters == {
+        "block_accesses": 16,
+        "block_hits": 1,
+        "evictions": 11,
+        "ghost_hits": 5,
+        "promotions": 0,
+    }
+    assert result.final_cache_blocks == 4
+    assert_engines_agree(trace, params, 16)
+
+
+@pytest.mark.parametrize("max_freq", [2**29 - 1, 2**29, 2**31 - 1])
+def test_s3fifo_kernel_exact_at_large_max_freq(max_freq: int) -> None:
+    """freq and ghost slots share one integer per block (``freq * 4 + where``): int32 while
+    ``4 * max_freq + 3`` fits, int64 from max_freq = 2**29 on. Block 0 is hit 39 times (freq 39
+    in M), block 195 returns from G with ``ghost_freq``, then blocks accessed twice each are
+    promoted into M and push both towards its head: how long each survives depends on its
+    exact freq."""
+    from prefixsim import make_params
+
+    hot = [(64, [0])] * 40
+    churn = [(64, [b]) for b in range(1, 200)]
+    warm = [(64, [b]) for b in range(1000, 1100) for _ in range(2)]
+    trace = make_trace([*hot, *churn, (64, [195]), *warm, (64, [195]), (64, [0])])
+    for ghost_freq in (0, 1, max_freq):
+        params = make_params(
+            "S3FIFO", 8, small_ratio=0.25, max_freq=max_freq, ghost_freq=ghost_freq
+        )
+        assert_engines_agree(trace, params, 64)

@@ -170,7 +170,7 @@ def replay_params(
             trace.n_blocks,
             block_size,
             cnt,
-            *spec.kernel_args(params),
+            *spec.kernel_inputs(params, trace.n_blocks),
         )
         counters = dict(zip(names, cnt.tolist(), strict=True))
     elif engine == "reference":

@@ -316,7 +316,7 @@ def _static_cluster(
             int(n_local[i]),
             block_size,
             cnt,
-            *spec.kernel_args(params),
+            *spec.kernel_inputs(params, int(n_local[i])),
         )
         hits[rows] = sub_hits
         finals.append(int(final))

@@ -54,6 +54,7 @@ from .base import (
     ReferencePolicy,
     check_int,
     register,
+    zeroed_state,
 )
 
 MAX_FREQ_LIMIT = 2**31 - 1  # the kernel keeps freq in int32
@@ -205,161 +206,200 @@ class S3FIFOReference(ReferencePolicy):
 
 
 # --- compiled kernel ------------------------------------------------------------------------
-# Per-block state, indexed by dense block id: ``where`` (which queue holds the block) and
-# ``freq``. S and M are ring buffers of exactly small_cap / main_cap slots: only their heads are
-# removed, so a ring suffices, and requeueing the head of a full M is just advancing the head.
-# G also loses entries from the middle (a ghost hit), so it is a doubly linked list threaded
-# through ``g_link[:, 0]`` (prev) / ``g_link[:, 1]`` (next) from ``g_head`` (oldest) to
-# ``g_tail``; -1 ends it.
+# Per-block state, indexed by dense block id, is one integer ``st[h] = x * 4 + where``:
+#
+#   where  0: in no queue (never seen, or dropped from G)     x = 0
+#          1: in G                                            x = h's slot in ``g_ring``
+#          2: in S                                            x = freq
+#          3: in M                                            x = freq
+#
+# so residency (S ∪ M) is ``st[h] & 2``, a hit is one load and at most one store (freq saturates
+# at max_freq: ``st[h] < max_freq * 4`` exactly when freq < max_freq, and nothing is written once
+# it is saturated), and freq lives in the cache line the residency test has just loaded. A block
+# leaves G only to M (a ghost hit, which sets its freq) or to nowhere, so G never needs its freq.
+# ``st`` is int32 when ``4 * max_freq + 3`` and ``4 * len(g_ring) + 1`` fit (every realistic
+# parameter), int64 otherwise (:func:`_kernel_state`): the values are exact either way.
+#
+# S and M are ring buffers of exactly small_cap / main_cap slots: only their heads are removed,
+# so a ring suffices, and requeueing the head of a full M is just advancing the head.
+# G loses entries from the middle too (a ghost hit), so it is a ring of ``2 * ghost_cap`` slots
+# with tombstones: a ghost hit overwrites the block's slot with -1 (found through ``st``), popping
+# G's oldest entry skips tombstones, and when the ring is full of live entries and tombstones
+# (at least ghost_cap tombstones then) the live entries are packed, in order, from the head
+# (``st`` follows each moved one). This replaced a doubly linked list threaded through two more
+# int32 per block: same order, same removals, but no per-block links (1.1 GB fewer at 142M
+# distinct blocks) and no pointer chasing on every ghost insertion and eviction.
+#
+# One access evicts at most one block into G (S's cold head, or M's victim after a promotion
+# or a ghost hit), so the miss path is straight-line code: admit to S (or take the ghost hit),
+# then admit to M if a block must go there, then insert the one G entry if there is one. Those
+# steps touch disjoint blocks (the accessed block is never G's oldest entry: it was not in G, or
+# has just left it), so doing S's append before M's admission, or M's before G's insertion,
+# changes no outcome of the specification's order.
+#
+# The prefix scan and the accesses of the request's leading hits are one loop: a hit changes no
+# block's residency, so while every block so far was a hit, "resident now" is "resident at
+# arrival", and the first miss ends the prefix.
+#
 # Everything is one function with scalar locals: numba keeps array arguments of helper calls
 # reference-counted (atomic increments per call), which made a helper-per-rule kernel 30x slower.
+# Few locals live through the loop, so they stay in registers: the rare counters (ghost hits,
+# promotions) are added to ``cnt`` in place, and evictions are not counted at all but derived
+# at the end (each miss adds one block to S ∪ M and each eviction removes one, so evictions =
+# misses - final size); that measured 1-7% faster on the bundled trace.
 
-_NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
+_NONE, _IN_G, _IN_S, _IN_M = 0, 1, 2, 3
+_INT32_MAX_FIELD = 2**29  # x * 4 + 3 <= 2**31 - 1 for every x < 2**29
 
 
 @njit(cache=True, nogil=True)
 def s3fifo_kernel(
     block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
-    small_cap, main_cap, max_freq, ghost_freq,
+    small_cap, main_cap, max_freq, ghost_freq, st, g_ring, s_ring, m_ring,
 ):  # fmt: skip
-    where = np.zeros(n_blocks, np.int8)
-    freq = np.zeros(n_blocks, np.int32)
-    g_link = np.empty((n_blocks, 2), np.int32)  # [prev, next]: one cache line per block
-    s_ring = np.empty(small_cap, np.int32)
-    m_ring = np.empty(main_cap, np.int32)
-    s_head = s_len = m_head = m_len = g_len = 0
-    g_head = g_tail = -1
+    s_head = s_len = m_head = m_len = 0
+    g_head = g_used = g_len = 0  # g_used: live entries and tombstones from g_head on
+    g_size = g_ring.shape[0]
     ghost_cap = main_cap
-    hits = evictions = ghost_hits = promotions = 0
+    saturated = max_freq * 4  # st[h] < saturated  <=>  freq < max_freq (where < 4)
+    hits = 0
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
         start = offsets[r]
         end = offsets[r + 1]
-        # Longest resident prefix at arrival: stops at the first block outside S ∪ M.
-        k = start
-        while k < end:
-            w = where[block_ids[k]]
-            if w != _IN_S and w != _IN_M:
-                break
-            k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
-        # Then every block of the request is accessed, hit or miss, in order.
-        for i in range(start, end):
+        # The longest resident prefix, each of its blocks accessed (a hit) as it is counted.
+        i = start
+        while i < end:
             h = block_ids[i]
-            w = where[h]
-            if w == _IN_S or w == _IN_M:  # noqa: SIM109 (plain compares in the hot loop)
+            s = st[h]
+            if not s & 2:
+                break
+            if s < saturated:
+                st[h] = s + 4
+            i += 1
+        hits += i - start
+        hit_tokens[r] = min((i - start) * block_size, input_lengths[r])
+        # Then the remaining blocks, from the first miss on, hit or miss, in order.
+        for j in range(i, end):
+            h = block_ids[j]
+            s = st[h]
+            if s & 2:  # in S or M: a hit
                 hits += 1
-                f = freq[h] + 1
-                freq[h] = f if f < max_freq else max_freq
+                if s < saturated:
+                    st[h] = s + 4
                 continue
-            # A miss: a ghost hit goes to M with ghost_freq, a new block to S. The admission is
-            # run as a small loop over pending moves so that each rule's code appears once:
-            # to_g (insert_to_G), to_m (admit_to_M), to_s (admit_to_S, draining S first).
-            to_g = -1
-            to_m = -1
+            to_g = -1  # the block this access evicts into G, if any
+            to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
             to_m_freq = 0
-            to_s = -1
-            if w == _IN_G:
-                ghost_hits += 1
-                p = g_link[h, 0]
-                n = g_link[h, 1]
-                if p >= 0:
-                    g_link[p, 1] = n
-                else:
-                    g_head = n
-                if n >= 0:
-                    g_link[n, 0] = p
-                else:
-                    g_tail = p
+            if s & 1:  # in G: a ghost hit re-admits h to M with ghost_freq
+                cnt[2] += 1  # ghost_hits
+                g_ring[s >> 2] = -1  # tombstone
                 g_len -= 1
                 to_m = h
                 to_m_freq = ghost_freq
-            else:
-                to_s = h
-            while True:
-                if to_g >= 0:
-                    # insert_to_G: victims come from S or M, so they are never already in G.
-                    if g_len >= ghost_cap:
-                        old = g_head
-                        g_head = g_link[old, 1]
-                        if g_head >= 0:
-                            g_link[g_head, 0] = -1
-                        else:
-                            g_tail = -1
-                        where[old] = _NONE
-                        g_len -= 1
-                    g_link[to_g, 0] = g_tail
-                    g_link[to_g, 1] = -1
-                    if g_tail >= 0:
-                        g_link[g_tail, 1] = to_g
-                    else:
-                        g_head = to_g
-                    g_tail = to_g
-                    g_len += 1
-                    where[to_g] = _IN_G
-                    to_g = -1
-                if to_m >= 0:
-                    # admit_to_M: second chance until exactly one block is evicted to G.
-                    while m_len >= main_cap:
-                        victim = m_ring[m_head]
-                        m_head += 1
-                        if m_head == main_cap:
-                            m_head = 0
-                        vf = freq[victim]
-                        if vf >= 1:
-                            # M is full, so its tail slot is the old head slot: the victim is
-                            # already requeued at the tail by advancing the head.
-                            freq[victim] = vf - 1
-                            continue
-                        m_len -= 1
-                        evictions += 1
-                        to_g = victim  # inserted at the top of the next round
-                        break
-                    pos = m_head + m_len
-                    if pos >= main_cap:
-                        pos -= main_cap
-                    m_ring[pos] = to_m
-                    m_len += 1
-                    where[to_m] = _IN_M
-                    freq[to_m] = to_m_freq
-                    to_m = -1
-                    continue
-                if to_s < 0:
-                    break
+            else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
                 if s_len >= small_cap:
-                    # admit_to_S drains S's head: warm to M (freq kept), cold to G.
                     victim = s_ring[s_head]
                     s_head += 1
                     if s_head == small_cap:
                         s_head = 0
                     s_len -= 1
-                    vf = freq[victim]
-                    if vf >= 1:
-                        promotions += 1
+                    vs = st[victim]
+                    if vs >= 4:
+                        cnt[3] += 1  # promotions
                         to_m = victim
-                        to_m_freq = vf
+                        to_m_freq = vs >> 2
                     else:
-                        evictions += 1
                         to_g = victim
-                    continue
                 pos = s_head + s_len
                 if pos >= small_cap:
                     pos -= small_cap
-                s_ring[pos] = to_s
+                s_ring[pos] = h
                 s_len += 1
-                where[to_s] = _IN_S
-                freq[to_s] = 0
-                break
+                st[h] = _IN_S  # freq 0
+            if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
+                if m_len >= main_cap:
+                    while True:
+                        victim = m_ring[m_head]
+                        m_head += 1
+                        if m_head == main_cap:
+                            m_head = 0
+                        vs = st[victim]
+                        if vs < 4:  # freq 0
+                            break
+                        # M is full, so its tail slot is the old head slot: the victim is
+                        # already requeued at the tail by advancing the head; freq - 1.
+                        st[victim] = vs - 4
+                    m_len -= 1
+                    to_g = victim
+                pos = m_head + m_len
+                if pos >= main_cap:
+                    pos -= main_cap
+                m_ring[pos] = to_m
+                m_len += 1
+                st[to_m] = to_m_freq * 4 + _IN_M
+            if to_g >= 0:  # insert_to_G (a victim of S or M, so never already in G)
+                if g_len >= ghost_cap:
+                    # drop G's oldest live entry (there is one: g_len >= 1), tombstones with it
+                    while True:
+                        old = g_ring[g_head]
+                        g_head += 1
+                        if g_head == g_size:
+                            g_head = 0
+                        g_used -= 1
+                        if old >= 0:
+                            st[old] = _NONE
+                            g_len -= 1
+                            break
+                if g_used == g_size:
+                    # Full of live entries and tombstones: pack the live ones from g_head on.
+                    # g_len < ghost_cap here, so at least ghost_cap + 1 slots come free.
+                    rd = wr = g_head
+                    for _ in range(g_used):
+                        x = g_ring[rd]
+                        if x >= 0:
+                            if wr != rd:
+                                g_ring[wr] = x
+                                st[x] = wr * 4 + _IN_G
+                            wr += 1
+                            if wr == g_size:
+                                wr = 0
+                        rd += 1
+                        if rd == g_size:
+                            rd = 0
+                    g_used = g_len
+                pos = g_head + g_used
+                if pos >= g_size:
+                    pos -= g_size
+                g_ring[pos] = to_g
+                st[to_g] = pos * 4 + _IN_G
+                g_used += 1
+                g_len += 1
     cnt[0] += hits
-    cnt[1] += evictions
-    cnt[2] += ghost_hits
-    cnt[3] += promotions
+    # evictions: every miss puts one block into S ∪ M, every eviction takes one out
+    cnt[1] += (offsets[n_requests] - offsets[0]) - hits - (s_len + m_len)
     return hit_tokens, s_len + m_len
 
 
 def _kernel_args(p: S3FIFOParams) -> tuple[int, int, int, int]:
     return (p.small_cap, p.main_cap, p.max_freq, p.ghost_freq)
+
+
+def _kernel_state(
+    p: S3FIFOParams, n_blocks: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``st`` (all in no queue), G's ring (``2 * ghost_cap`` slots), S's and M's rings; the rings
+    start uninitialised: a slot is read only after a write put an entry there."""
+    g_size = 2 * p.ghost_cap
+    small = max(p.max_freq, g_size) < _INT32_MAX_FIELD
+    st = zeroed_state(n_blocks, np.int32 if small else np.int64)
+    return (
+        st,
+        np.empty(g_size, np.int32),
+        np.empty(p.small_cap, np.int32),
+        np.empty(p.main_cap, np.int32),
+    )
 
 
 SPEC = register(
@@ -369,5 +409,6 @@ SPEC = register(
         reference=S3FIFOReference,
         kernel=s3fifo_kernel,
         kernel_args=_kernel_args,
+        kernel_state=_kernel_state,
     )
 )
