@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import prefixsim
 from prefixsim.errors import TraceError
 from prefixsim.formats import mooncake_stream
-from prefixsim.trace import _parse_jsonl
+from prefixsim.trace import _parse_slow
 
 ws = st.sampled_from(["", " ", "  ", "\t"])
 good_int = st.integers(0, 10**6).map(str)
@@ -31,6 +31,22 @@ def rarely_odd(good: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     return st.integers(0, 40).flatmap(lambda k: odd if k == 0 else good)
 
 
+good_session = st.one_of(
+    st.integers(-3, 5).map(str),  # few distinct: sessions recur
+    st.integers(-(10**18) + 1, 10**18 - 1).map(str),  # up to 18 digits: the strict parser's
+    st.sampled_from(['"a"', '"b"', '"7"', '"-0"', '""', '"\u00e9"', "null"]),
+    st.text(st.characters(min_codepoint=0x20, exclude_characters='"\\'), max_size=3).map(
+        lambda t: json.dumps(t, ensure_ascii=False)
+    ),
+)
+odd_session = st.one_of(
+    st.integers(-(10**20), 10**20).map(str),  # beyond 18 digits: the exact loader reads them
+    st.text(max_size=3).map(json.dumps),  # escapes
+    st.sampled_from(['"a\\"b"', '"\\u0061"', "01", "1.0", "1e3", "true", "[]", '"\t"', "nul"]),
+)
+session_value = st.integers(0, 12).flatmap(lambda k: odd_session if k == 0 else good_session)
+
+
 @st.composite
 def line(draw: st.DrawFn) -> str:
     keys = {
@@ -41,8 +57,12 @@ def line(draw: st.DrawFn) -> str:
         + ("," + draw(ws)).join(draw(st.lists(rarely_odd(st.integers(0, 50).map(str)), max_size=6)))
         + "]",
     }
+    if draw(st.booleans()):
+        keys["session_id"] = draw(session_value)
     items = list(keys.items())
     order = draw(st.permutations(items))
+    if "session_id" in keys and draw(st.integers(0, 20)) == 0:
+        order = [*order, ("session_id", draw(session_value))]  # given twice
     if draw(st.integers(0, 30)) == 0:
         order = order[:-1]  # a missing key
     if draw(st.integers(0, 30)) == 0:
@@ -65,18 +85,73 @@ def test_stream_equals_exact_parser_or_gives_up(
     path = tmp_path_factory.mktemp("s") / "t.jsonl"
     path.write_bytes(gzip.compress(data) if gz else data)
     streamed = mooncake_stream.parse(path)
+    body = data[3:] if bom else data
+    in_memory = mooncake_stream.parse_body(body)
     try:
-        exact = _parse_jsonl(data, "t")
+        exact = _parse_slow(body, "t")
     except TraceError:
-        assert streamed is None  # never accepts what the exact parser refuses
+        # never accepts what the exact parser refuses
+        assert streamed is None and in_memory is None
         return
+    assert (streamed is None) == (in_memory is None)
     if streamed is None:
         return
     fields, _sha = streamed
+    assert_same_fields(fields, exact)
+    assert_same_fields(in_memory, exact)
+
+
+@st.composite
+def session_file(draw: st.DrawFn) -> tuple[str, bool]:
+    """Canonical request lines with session ids (absent, null, integers, strings); ``strict``:
+    all of them in the strict parser's subset, which it must then read."""
+    strict = draw(st.booleans())
+    lines = []
+    for i in range(draw(st.integers(1, 16))):
+        ids = draw(st.lists(st.integers(0, 30), max_size=5))
+        text = f'{{"timestamp": {i}, "input_length": 5, "output_length": 1, "hash_ids": {ids}'
+        if draw(st.integers(0, 3)):
+            value = draw(good_session if strict else session_value)
+            text += f', "session_id": {value}'
+        lines.append(text + "}")
+    return "\n".join(lines) + "\n", strict
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=session_file(), gz=st.booleans())
+def test_session_ids_streamed_as_the_exact_parser_numbers_them(
+    drawn: tuple[str, bool], gz: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    text, strict = drawn
+    data = text.encode()
+    path = tmp_path_factory.mktemp("s") / "t.jsonl"
+    path.write_bytes(gzip.compress(data) if gz else data)
+    streamed = mooncake_stream.parse(path)
+    in_memory = mooncake_stream.parse_body(data)
+    try:
+        exact = _parse_slow(data, "t")
+    except TraceError:
+        assert streamed is None and in_memory is None
+        return
+    if strict:  # nothing outside the strict subset: it must not give up
+        assert streamed is not None and in_memory is not None
+    if streamed is not None:
+        assert_same_fields(streamed[0], exact)
+    if in_memory is not None:
+        assert_same_fields(in_memory, exact)
+
+
+def assert_same_fields(fields: dict | None, exact: dict) -> None:
+    assert fields is not None
     for name in ("timestamps", "input_lengths", "output_lengths", "offsets", "line_numbers"):
         assert np.array_equal(fields[name], exact[name]), name
     assert np.array_equal(fields["block_ids"], exact["block_ids"])
     assert fields["n_blocks"] == exact["n_blocks"]
+    if exact["session_ids"] is None:
+        assert fields["session_ids"] is None
+    else:
+        assert fields["session_ids"].dtype == np.int64
+        assert fields["session_ids"].tolist() == exact["session_ids"].tolist()
 
 
 def test_canonical_lines_are_streamed(tmp_path: Path) -> None:
@@ -128,3 +203,74 @@ def test_plain_file_with_cache_keeps_the_content_sha(
     bundled = prefixsim.load_trace("conversation")
     assert first.sha256 == again.sha256 == bundled.sha256
     assert np.array_equal(again.block_ids, bundled.block_ids)
+
+
+def request(i: int, session: str | None) -> str:
+    text = f'{{"timestamp": {i}, "input_length": 5, "output_length": 1, "hash_ids": [{i % 3}]'
+    return text + (f', "session_id": {session}' if session is not None else "") + "}\n"
+
+
+MIXED = ['"a"', "7", None, '"7"', "null", "7", '"a"', "-0", "0"]
+# Numbered by first appearance, strings apart from integers, none and null -1:
+# "a" -> 0, 7 -> 1, (none) -> -1, "7" -> 2, null -> -1, 7 -> 1, "a" -> 0, -0 is the integer 0
+# -> 3, 0 -> 3.
+MIXED_IDS = [0, 1, -1, 2, -1, 1, 0, 3, 3]
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "in-memory"])
+@pytest.mark.parametrize(
+    ("sessions", "expected"),
+    [
+        (MIXED, MIXED_IDS),
+        (["12", "10", "12", "999999999999999999"], [0, 1, 0, 2]),  # integers only
+        (['"x"', '"\u00e9t\u00e9"', '"x"', '""'], [0, 1, 0, 2]),  # strings only, UTF-8
+        ([None, "null", None], None),  # no request has one: None
+        (['"a"', '"\\u0061"', "1" + "0" * 30], [0, 0, 1]),  # an escape, a huge integer: exact
+    ],
+    ids=["mixed", "integers", "strings", "none", "exact-loader"],
+)
+def test_session_ids_hand_cases(
+    sessions: list[str | None],
+    expected: list[int] | None,
+    streamed: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(request(i, s) for i, s in enumerate(sessions)))
+    monkeypatch.setattr(mooncake_stream, "STREAM_MIN_BYTES", 0 if streamed else 1 << 62)
+    trace = prefixsim.load_trace(path, use_cache=False)
+    if expected is None:
+        assert trace.session_ids is None
+    else:
+        assert trace.session_ids is not None
+        assert trace.session_ids.tolist() == expected
+    assert trace.block_ids.tolist() == [0, 1, 2, 0, 1, 2, 0, 1, 2][: len(sessions)]
+
+
+def test_strict_parser_reads_the_session_files_the_exact_one_would(tmp_path: Path) -> None:
+    """The subset the compiled parser reads itself (no fallback to the exact parser)."""
+    body = "".join(request(i, s) for i, s in enumerate(MIXED)).encode()
+    fields = mooncake_stream.parse_body(body)
+    assert fields is not None
+    assert fields["session_ids"].tolist() == MIXED_IDS
+    path = tmp_path / "s.jsonl.gz"
+    path.write_bytes(gzip.compress(body))
+    parsed = mooncake_stream.parse(path)
+    assert parsed is not None
+    assert parsed[0]["session_ids"].tolist() == MIXED_IDS
+
+
+@pytest.mark.parametrize(
+    "bad", ['"a\\u0000"', '"\\ud800"', "true", "1.5", '"\\x"', "[1]"], ids=str
+)
+def test_session_values_outside_the_subset_are_left_to_the_exact_parser(bad: str) -> None:
+    body = (request(0, '"a"') + request(1, bad)).encode()
+    assert mooncake_stream.parse_body(body) is None
+
+
+def test_invalid_utf8_in_a_session_string_is_left_to_the_exact_parser() -> None:
+    body = request(0, '"a"').encode() + request(1, '"b\xff"').encode("latin-1")
+    assert mooncake_stream.parse_body(body) is None
+    with pytest.raises(TraceError, match="not valid UTF-8"):
+        _parse_slow(body, "t")

@@ -268,10 +268,13 @@ def _gunzip(raw: bytes, display: str) -> bytes:
 def _parse_jsonl(data: bytes, display: str) -> dict[str, Any]:
     """The :class:`Trace` fields but ``name`` and ``sha256`` from uncompressed JSONL bytes."""
     body = data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
+    # Session ids: pyarrow would need a typed column for a string-or-integer field, so files
+    # with the key take the compiled strict parser (which reads them) before the exact one.
+    if SESSION_KEY in body:
+        fields = mooncake_stream.parse_body(body)
+        return fields if fields is not None else _parse_slow(body, display)
     lines = _non_blank_lines(body)
-    # Session ids are read by the exact parser only (pyarrow would need a typed column for a
-    # string-or-integer field); files without the key, the usual case, keep the fast path.
-    fields = None if SESSION_KEY in body else _parse_fast(body, lines)
+    fields = _parse_fast(body, lines)
     return fields if fields is not None else _parse_slow(body, display, lines)
 
 

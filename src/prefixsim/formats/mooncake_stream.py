@@ -6,15 +6,23 @@ gzip as a stream), parses each chunk's complete lines with a numba kernel and ma
 is about the final arrays plus one chunk and the id table.
 
 The kernel accepts only a strict subset of the format, whose values it can read exactly: each
-non-blank line is one object whose keys are exactly ``timestamp``, ``input_length``,
-``output_length`` and ``hash_ids`` (each once, any order, JSON whitespace between tokens), with
-numbers without exponent (``timestamp`` with at most 15 digits, read exactly as Python's
-``float``; the others integers of at most 18 digits, so they fit int64), ``input_length`` and
-``output_length`` non-negative, and ``hash_ids`` non-negative ids dense enough for a direct
-table (below ``8 * accesses + 2**20``). On anything else (another key, ``session_id`` too, an
-exponent, a string, a bad line...) it gives up and :func:`prefixsim.load_trace` falls back to
-its exact loader, which either reads the same trace or reports the first bad line: the result
-never depends on which path ran (tested).
+non-blank line is one object whose keys are ``timestamp``, ``input_length``, ``output_length``,
+``hash_ids`` and optionally ``session_id`` (each once, any order, JSON whitespace between
+tokens), with numbers without exponent (``timestamp`` with at most 15 digits, read exactly as
+Python's ``float``; the others integers of at most 18 digits, so they fit int64),
+``input_length`` and ``output_length`` non-negative, ``hash_ids`` non-negative ids dense enough
+for a direct table (below ``8 * accesses + 2**20``), and ``session_id`` ``null``, such an
+integer (negative too) or a string without escapes or control characters (its bytes, valid
+UTF-8, are then the string, so equal strings have equal bytes). On anything else (another key,
+an exponent, an escape, a bad line...) it gives up and :func:`prefixsim.load_trace` falls back
+to its exact loader, which either reads the same trace or reports the first bad line: the result
+never depends on which path ran (tested, session ids included).
+
+Session ids are numbered as :mod:`prefixsim.formats.sessions` says: each request gets an int64
+key (:data:`NO_SESSION`, the integer itself, or :data:`STRING_BASE` plus the string's number in
+order of first appearance), and the keys are numbered densely in order of first appearance at
+the end. :func:`parse_body` runs the same parser on a file already in memory: the ordinary
+loader's path for small files with session ids.
 """
 
 from __future__ import annotations
@@ -100,11 +108,21 @@ def _read_decimal(buf, i, end):
     return (-v if neg else v), i, True
 
 
-# Key codes: 1 timestamp, 2 input_length, 3 output_length, 4 hash_ids, 0 anything else.
+# Key codes: 1 timestamp, 2 input_length, 3 output_length, 4 hash_ids, 5 session_id, 0 other.
 _K_TS = np.frombuffer(b"timestamp", dtype=np.uint8).copy()
 _K_IN = np.frombuffer(b"input_length", dtype=np.uint8).copy()
 _K_OUT = np.frombuffer(b"output_length", dtype=np.uint8).copy()
 _K_IDS = np.frombuffer(b"hash_ids", dtype=np.uint8).copy()
+_K_SESSION = np.frombuffer(b"session_id", dtype=np.uint8).copy()
+
+NO_SESSION = np.iinfo(np.int64).min
+"""Session key of a request without one (absent or ``null``)."""
+_STRING_PENDING = NO_SESSION + 1
+"""Session key the kernel writes for a string: the chunk's strings are numbered after it."""
+STRING_BASE = 1 << 62
+"""Session key of the ``k``-th distinct string: ``STRING_BASE + k``. Integer session ids the
+kernel reads have at most 18 digits, so ``|value| < 10**18 < 2**60``: the keys of integers,
+of strings and ``NO_SESSION`` never collide, and ``"7"`` and ``7`` stay apart."""
 
 
 @njit(cache=True)
@@ -126,13 +144,18 @@ def _key_code(buf, i, j):
         return 3
     if n == 8 and _same(buf, i, _K_IDS):
         return 4
+    if n == 10 and _same(buf, i, _K_SESSION):
+        return 5
     return 0
 
 
 @njit(cache=True)
-def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
+def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, s_end):
     """Parse the complete lines of ``buf`` (it ends at a newline or the end of the file).
-    Returns (requests, ids written, newlines seen, ok)."""
+    Returns (requests, ids written, newlines seen, ok).
+
+    ``skeys[r]``: the request's session key (:data:`NO_SESSION`, the integer, or
+    :data:`_STRING_PENDING` with the string's bytes at ``buf[s_start[r]:s_end[r]]``)."""
     end = len(buf)
     i = 0
     r = 0
@@ -151,6 +174,7 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
         i += 1
         seen = 0
         first_id = nid
+        skeys[r] = NO_SESSION
         while True:
             i = _skip_ws(buf, i, end)
             if i >= end or buf[i] != 34:  # '"'
@@ -173,6 +197,25 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
                 if not ok:
                     return r, nid, line, False
                 ts[r] = x
+            elif code == 5:
+                ok = True
+                if i + 4 <= end and buf[i] == 110:  # 'n': null, no session
+                    ok = buf[i + 1] == 117 and buf[i + 2] == 108 and buf[i + 3] == 108
+                    i += 4
+                elif i < end and buf[i] == 34:  # a string without escapes or control characters
+                    j = i + 1
+                    while j < end and buf[j] != 34 and buf[j] != 92 and buf[j] >= 32:
+                        j += 1
+                    ok = j < end and buf[j] == 34
+                    skeys[r] = _STRING_PENDING
+                    s_start[r] = i + 1
+                    s_end[r] = j
+                    i = j + 1
+                else:
+                    v, i, ok = _read_int(buf, i, end, 18, True)
+                    skeys[r] = v
+                if not ok:
+                    return r, nid, line, False
             elif code == 2 or code == 3:
                 v, i, ok = _read_int(buf, i, end, 18, False)
                 if not ok:
@@ -210,7 +253,7 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
                 i += 1
                 break
             return r, nid, line, False
-        if seen != 0b11110:
+        if seen & 0b11110 != 0b11110:
             return r, nid, line, False
         i = _skip_ws(buf, i, end)
         if i < end and buf[i] != 10:
@@ -269,9 +312,58 @@ def parse(path: Path, raw_sha256: str | None = None) -> tuple[dict[str, Any], st
     """``(Trace fields but name and sha256, sha256 of the uncompressed content)`` or None.
     ``raw_sha256``, the file's sha256 if known, saves hashing a plain file twice."""
     try:
-        return _parse(path, raw_sha256)
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        known = None if gzipped else raw_sha256  # a plain file's content is its raw bytes
+        sha = hashlib.sha256() if known is None else None
+        # Plain files: exact upper bounds (a request line has >= _MIN_LINE bytes, an id >= 2);
+        # gzip: a guess of 8x compression, grown if needed.
+        builder = _Builder(size if not gzipped else 8 * size)
+        for data in _whole_lines(_chunks(path), sha):
+            if not builder.feed(data):
+                return None
+        fields = builder.result()
     except (_GiveUp, OSError, zlib.error, EOFError):
         return None
+    if fields is None:
+        return None
+    return fields, known or sha.hexdigest()  # type: ignore[union-attr]
+
+
+def parse_body(body: bytes) -> dict[str, Any] | None:
+    """The :class:`~prefixsim.trace.Trace` fields (but name and sha256) of uncompressed JSONL
+    already in memory (without its byte order mark), or None when the exact parser must run. The
+    ordinary loader uses it for files with session ids, which its pyarrow path does not read."""
+    builder = _Builder(len(body))
+    view = memoryview(body)
+    pos = 0
+    while pos < len(body):  # slices of whole lines, about CHUNK bytes each, not copied
+        stop = body.find(b"\n", min(pos + CHUNK, len(body)) - 1) + 1 or len(body)
+        if not builder.feed(view[pos:stop]):
+            return None
+        pos = stop
+    return builder.result()
+
+
+def _whole_lines(pieces: Iterator[bytes], sha: Any) -> Iterator[bytes]:
+    """The pieces re-cut to end at a newline (the last at the end of the content), with the
+    byte order mark dropped; ``sha`` (if any) is updated with the content as read."""
+    carry = b""
+    first = True
+    for piece in pieces:
+        if sha is not None:
+            sha.update(piece)
+        if first and piece.startswith(b"\xef\xbb\xbf"):
+            piece = piece[3:]
+        first = False
+        data = carry + piece
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield data[:cut]
+        carry = data[cut:]
+    if carry:
+        yield carry
 
 
 class _Column:
@@ -302,80 +394,133 @@ class _Column:
 _MIN_LINE = len('{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}')
 
 
-def _parse(path: Path, raw_sha256: str | None) -> tuple[dict[str, Any], str] | None:
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
-    known = None if gzipped else raw_sha256  # a plain file's content is its raw bytes
-    # Plain files: exact upper bounds (a request line has >= _MIN_LINE bytes, an id >= 2);
-    # gzip: a guess of 8x compression, grown if needed.
-    text = size if not gzipped else 8 * size
-    per_request = text // _MIN_LINE + 1
-    columns = {
-        "timestamps": _Column(np.float64, per_request),
-        "input_lengths": _Column(np.int64, per_request),
-        "output_lengths": _Column(np.int64, per_request),
-        "counts": _Column(np.int64, per_request),
-        "line_numbers": _Column(np.int64, per_request),
-    }
-    block_ids = _Column(np.int32, text // 2 + 1)
-    sha = hashlib.sha256()
-    table = np.zeros(1 << 20, dtype=np.int32)
-    next_id = 0
-    n_access = 0
-    line = 1
-    carry = b""
-    first = True
-    pieces = _chunks(path)
-    done = False
-    while not done:
-        piece = next(pieces, None)
-        if piece is None:
-            done = True
-            data, carry = carry, b""
-        else:
-            if known is None:
-                sha.update(piece)
-            if first and piece.startswith(b"\xef\xbb\xbf"):
-                piece = piece[3:]
-            first = False
-            data = carry + piece
-            cut = data.rfind(b"\n") + 1
-            data, carry = data[:cut], data[cut:]
-        if not data:
-            continue
+class _Builder:
+    """The trace's arrays, built a piece of whole lines at a time (:meth:`feed`)."""
+
+    def __init__(self, text_bytes: int) -> None:
+        per_request = text_bytes // _MIN_LINE + 1
+        self.columns = {
+            "timestamps": _Column(np.float64, per_request),
+            "input_lengths": _Column(np.int64, per_request),
+            "output_lengths": _Column(np.int64, per_request),
+            "counts": _Column(np.int64, per_request),
+            "line_numbers": _Column(np.int64, per_request),
+            "session_keys": _Column(np.int64, per_request),
+        }
+        self.block_ids = _Column(np.int32, text_bytes // 2 + 1)
+        self.table = np.zeros(1 << 20, dtype=np.int32)
+        self.next_id = 0
+        self.n_access = 0
+        self.line = 1
+        self.strings: dict[bytes, int] = {}
+        self.sessions = False
+        self.scratch = np.empty(0, np.int64)  # raw ids, then string spans; reused
+
+    def _scratch(self, n: int) -> np.ndarray:
+        if len(self.scratch) < n:  # reused, so its pages are faulted in once, not per piece
+            self.scratch = np.empty(max(n, CHUNK // 2 + 1), np.int64)
+        return self.scratch
+
+    def feed(self, data: Any) -> bool:
+        """Parse ``data`` (whole lines); False when the exact loader must decide."""
         buf = np.frombuffer(data, dtype=np.uint8)
-        max_lines = len(data) // 2 + 1  # blank lines count too; untouched pages cost nothing
-        ts, ins, outs, counts, lines = (c.room(max_lines) for c in columns.values())
-        ids = np.empty(len(data) // 2 + 1, np.int64)
-        r, nid, line, ok = _parse_chunk(buf, line, ts, ins, outs, counts, lines, ids)
+        max_lines = len(buf) // 2 + 1  # blank lines count too; untouched pages cost nothing
+        ts, ins, outs, counts, lines, skeys = (c.room(max_lines) for c in self.columns.values())
+        scratch = self._scratch(len(buf) // 2 + 1 + 2 * max_lines)
+        ids = scratch[: len(buf) // 2 + 1]
+        s_start = scratch[len(ids) : len(ids) + max_lines]
+        s_end = scratch[len(ids) + max_lines : len(ids) + 2 * max_lines]
+        r, nid, self.line, ok = _parse_chunk(
+            buf, self.line, ts, ins, outs, counts, lines, ids, skeys, s_start, s_end
+        )
         if not ok:
-            return None
-        for c in columns.values():
+            return False
+        if r and not self._session_keys(data, skeys[:r], s_start, s_end):
+            return False
+        for c in self.columns.values():
             c.done(r)
         ids = ids[:nid]
         if nid:
             hi = int(ids.max())
-            n_access += nid
-            if hi > min(_MAX_ID, 8 * n_access + (1 << 20)):
-                return None  # sparse or huge ids: the exact loader sorts them
-            if hi >= len(table):
-                grown = np.zeros(max(2 * len(table), hi + 1), dtype=np.int32)  # lazily zero
-                grown[: len(table)] = table
-                table = grown
-        next_id = _intern(ids, table, next_id, block_ids.room(nid))
-        block_ids.done(nid)
-        del ids, buf, data, ts, ins, outs, counts, lines
-    if columns["timestamps"].n == 0:
-        return None  # the exact loader names the problem (empty file, blank lines only)
-    del table
-    counts = columns.pop("counts").result()
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    del counts
-    fields: dict[str, Any] = {name: c.result() for name, c in columns.items()}
-    fields.update(offsets=offsets, block_ids=block_ids.result(), n_blocks=int(next_id))
-    return fields, known or sha.hexdigest()
+            self.n_access += nid
+            if hi > min(_MAX_ID, 8 * self.n_access + (1 << 20)):
+                return False  # sparse or huge ids: the exact loader sorts them
+            if hi >= len(self.table):
+                grown = np.zeros(max(2 * len(self.table), hi + 1), dtype=np.int32)  # lazily 0
+                grown[: len(self.table)] = self.table
+                self.table = grown
+        self.next_id = _intern(ids, self.table, self.next_id, self.block_ids.room(nid))
+        self.block_ids.done(nid)
+        return True
+
+    def _session_keys(
+        self, data: Any, keys: np.ndarray, s_start: np.ndarray, s_end: np.ndarray
+    ) -> bool:
+        """Number the piece's string session ids (bytes without escapes: equal strings have
+        equal bytes); False if one is not valid UTF-8 (the exact loader reports the line)."""
+        if not self.sessions and bool((keys != NO_SESSION).any()):
+            self.sessions = True
+        if not self.sessions:
+            return True
+        pending = np.flatnonzero(keys == _STRING_PENDING)
+        if not len(pending):
+            return True
+        strings = self.strings
+        raw = bytes(data) if isinstance(data, memoryview) else data
+        starts, ends = s_start[pending].tolist(), s_end[pending].tolist()
+        numbers = np.empty(len(pending), np.int64)
+        for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
+            text = raw[a:b]
+            number = strings.get(text)
+            if number is None:
+                if not text.isascii():
+                    try:
+                        text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        return False
+                number = strings[text] = len(strings)
+            numbers[k] = number
+        keys[pending] = STRING_BASE + numbers
+        return True
+
+    def result(self) -> dict[str, Any] | None:
+        columns = self.columns
+        if columns["timestamps"].n == 0:
+            return None  # the exact loader names the problem (empty file, blank lines only)
+        self.table = self.scratch = np.empty(0, np.int64)  # free them before the last arrays
+        counts = columns.pop("counts").result()
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        del counts
+        keys = columns.pop("session_keys").result()
+        sessions = _dense_sessions(keys) if self.sessions else None
+        if sessions is _TOO_MANY:
+            return None
+        fields: dict[str, Any] = {name: c.result() for name, c in columns.items()}
+        fields.update(
+            offsets=offsets,
+            block_ids=self.block_ids.result(),
+            n_blocks=int(self.next_id),
+            session_ids=sessions,
+        )
+        return fields
+
+
+_TOO_MANY = np.empty(0, np.int64)
+
+
+def _dense_sessions(keys: np.ndarray) -> np.ndarray:
+    """Session keys to dense ids ``0, 1, ...`` in order of first appearance, -1 for none (as
+    :func:`prefixsim.formats.sessions.dense_session_ids` numbers them)."""
+    from ..trace import _dense_ids
+
+    has = keys != NO_SESSION
+    if int(np.count_nonzero(has)) >= 2**31:
+        return _TOO_MANY  # dense ids are int32 there
+    dense, _ = _dense_ids(keys[has])
+    out = np.full(len(keys), -1, np.int64)
+    out[has] = dense
+    return out
 
 
 def file_sha256(path: Path) -> str:
