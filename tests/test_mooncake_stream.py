@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 
@@ -35,9 +36,10 @@ good_session = st.one_of(
     st.integers(-3, 5).map(str),  # few distinct: sessions recur
     st.integers(-(10**18) + 1, 10**18 - 1).map(str),  # up to 18 digits: the strict parser's
     st.sampled_from(['"a"', '"b"', '"7"', '"-0"', '""', '"\u00e9"', "null"]),
-    st.text(st.characters(min_codepoint=0x20, exclude_characters='"\\'), max_size=3).map(
-        lambda t: json.dumps(t, ensure_ascii=False)
-    ),
+    st.text(
+        st.characters(min_codepoint=0x20, exclude_categories=("Cs",), exclude_characters='"\\'),
+        max_size=3,
+    ).map(lambda t: json.dumps(t, ensure_ascii=False)),
 )
 odd_session = st.one_of(
     st.integers(-(10**20), 10**20).map(str),  # beyond 18 digits: the exact loader reads them
@@ -104,11 +106,14 @@ def test_stream_equals_exact_parser_or_gives_up(
 @st.composite
 def session_file(draw: st.DrawFn) -> tuple[str, bool]:
     """Canonical request lines with session ids (absent, null, integers, strings); ``strict``:
-    all of them in the strict parser's subset, which it must then read."""
+    all of them, and the ids, in the strict parser's subset, which it must then read."""
     strict = draw(st.booleans())
     lines = []
     for i in range(draw(st.integers(1, 16))):
-        ids = draw(st.lists(st.integers(0, 30), max_size=5))
+        # Ids past the first table (2**20 entries): it grows mid-line; far past (not strict):
+        # too sparse for a direct table, the exact loader decides.
+        big = st.sampled_from([2**20, 2**20 + 7, *([] if strict else [3 * 2**20, 2**40])])
+        ids = draw(st.lists(st.integers(0, 30) | big, max_size=5))
         text = f'{{"timestamp": {i}, "input_length": 5, "output_length": 1, "hash_ids": {ids}'
         if draw(st.integers(0, 3)):
             value = draw(good_session if strict else session_value)
@@ -176,8 +181,10 @@ def test_load_trace_streams_large_files_and_matches(
 ) -> None:
     monkeypatch.setattr(mooncake_stream, "STREAM_MIN_BYTES", 0)
     calls: list[Path] = []
-    real = mooncake_stream.parse
-    monkeypatch.setattr(mooncake_stream, "parse", lambda p, s=None: calls.append(p) or real(p, s))
+    real = mooncake_stream._parse_file
+    monkeypatch.setattr(
+        mooncake_stream, "_parse_file", lambda p, **kw: calls.append(p) or real(p, **kw)
+    )
     src = prefixsim.trace.bundled_trace_path("conversation")
     path = tmp_path / "c.jsonl.gz"
     path.write_bytes(src.read_bytes())
@@ -261,9 +268,7 @@ def test_strict_parser_reads_the_session_files_the_exact_one_would(tmp_path: Pat
     assert parsed[0]["session_ids"].tolist() == MIXED_IDS
 
 
-@pytest.mark.parametrize(
-    "bad", ['"a\\u0000"', '"\\ud800"', "true", "1.5", '"\\x"', "[1]"], ids=str
-)
+@pytest.mark.parametrize("bad", ['"a\\u0000"', '"\\ud800"', "true", "1.5", '"\\x"', "[1]"], ids=str)
 def test_session_values_outside_the_subset_are_left_to_the_exact_parser(bad: str) -> None:
     body = (request(0, '"a"') + request(1, bad)).encode()
     assert mooncake_stream.parse_body(body) is None
@@ -274,3 +279,56 @@ def test_invalid_utf8_in_a_session_string_is_left_to_the_exact_parser() -> None:
     assert mooncake_stream.parse_body(body) is None
     with pytest.raises(TraceError, match="not valid UTF-8"):
         _parse_slow(body, "t")
+
+
+def test_the_id_table_grows_mid_line_and_numbers_by_first_appearance() -> None:
+    # Line 1 meets 2**20 + 5 after numbering 7 and 2 (the table has 2**20 entries at first):
+    # the line is read again after the table grows, and finds 7 and 2 numbered already.
+    # Dense ids by first appearance: 7 -> 0, 2 -> 1, 2**20 + 5 -> 2, 5 -> 3, 2**20 + 9 -> 4.
+    body = (
+        request_ids(0, [7, 2, 2**20 + 5, 2]) + request_ids(1, [5, 2**20 + 9, 7, 2**20 + 5])
+    ).encode()
+    fields = mooncake_stream.parse_body(body)
+    assert fields is not None
+    assert fields["block_ids"].tolist() == [0, 1, 2, 1, 3, 4, 0, 2]
+    assert fields["n_blocks"] == 5
+    assert fields["offsets"].tolist() == [0, 4, 8]
+
+
+def request_ids(i: int, ids: list[int]) -> str:
+    return f'{{"timestamp": {i}, "input_length": 5, "output_length": 1, "hash_ids": {ids}}}\n'
+
+
+def test_sparse_ids_are_left_to_the_exact_parser() -> None:
+    # 2**31 - 1 does not fit a dense int32 table; 10**12 would need a table of 4 TB; 2**22
+    # with 2 ids is past 8 * (ids) + 2**20 (here at most 8 * 50 bytes + 2**20).
+    for big in (2**31 - 1, 10**12, 2**22):
+        assert mooncake_stream.parse_body(request_ids(0, [1, big]).encode()) is None
+
+
+@pytest.mark.parametrize("chunk", [4, 7, 64, 1000])
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("bom", [False, True], ids=["", "bom"])
+def test_pieces_of_any_size_give_the_same_arrays(
+    chunk: int, gz: bool, bom: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines longer than a piece (the buffer grows), carried line ends, a last line without a
+    newline, blank lines: the result is the exact parser's whatever the piece size."""
+    sessions = [None, '"s1"', "3", '"\u00e9"', "null", "3", '"s1"']
+    body = "".join(
+        request_ids(i, list(range(i, 3 * i))).replace("}\n", "")
+        + (f', "session_id": {sessions[i % 7]}' if sessions[i % 7] else "")
+        + "}\n"
+        + ("\n \r\n" if i % 5 == 0 else "")
+        for i in range(40)
+    ).encode()[:-1]  # no newline after the last line
+    exact = _parse_slow(body, "t")
+    data = (b"\xef\xbb\xbf" if bom else b"") + body
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(gzip.compress(data) if gz else data)
+    monkeypatch.setattr(mooncake_stream, "CHUNK", chunk)
+    parsed = mooncake_stream.parse(path)
+    assert parsed is not None
+    assert_same_fields(parsed[0], exact)
+    assert parsed[1] == hashlib.sha256(data).hexdigest()
+    assert_same_fields(mooncake_stream.parse_body(body), exact)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,18 +151,25 @@ def _key_code(buf, i, j):
 
 
 @njit(cache=True)
-def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, s_end):
-    """Parse the complete lines of ``buf`` (it ends at a newline or the end of the file).
-    Returns (requests, ids written, newlines seen, ok).
+def _parse_chunk(
+    buf, i, r, nid, line, ts, ins, outs, counts, lines, out_ids, table, next_id, skeys, s_s, s_e
+):
+    """Parse the complete lines of ``buf`` from byte ``i`` (it ends at a newline or the end of
+    the file), writing request ``r`` on and dense block id ``nid`` on.
 
-    ``skeys[r]``: the request's session key (:data:`NO_SESSION`, the integer, or
-    :data:`_STRING_PENDING` with the string's bytes at ``buf[s_start[r]:s_end[r]]``)."""
+    Returns ``(status, i, r, nid, line, next_id, need)``: status 0 when all is read, 1 when the
+    exact loader must decide, 2 when an id (``need``) is past the end of ``table``: grow it and
+    call again from the returned ``i``, the start of that request's line (ids the partial
+    request saw were numbered in order of appearance, so reading it again finds the same ids).
+
+    Block ids are numbered through the direct ``table`` (``dense id + 1``, 0 when unseen: a
+    zero-filled table costs no memory until its pages are written). ``skeys[r]``: the request's
+    session key (:data:`NO_SESSION`, the integer, or :data:`_STRING_PENDING` with the string's
+    bytes at ``buf[s_s[r]:s_e[r]]``)."""
     end = len(buf)
-    i = 0
-    r = 0
-    nid = 0
-    line = line0
+    n_table = len(table)
     while i < end:
+        line_start = i
         i = _skip_ws(buf, i, end)
         if i < end and buf[i] == 10:  # blank line
             i += 1
@@ -170,7 +178,7 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, 
         if i >= end:
             break
         if buf[i] != 123:  # '{'
-            return r, nid, line, False
+            return 1, i, r, nid, line, next_id, 0
         i += 1
         seen = 0
         first_id = nid
@@ -178,24 +186,24 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, 
         while True:
             i = _skip_ws(buf, i, end)
             if i >= end or buf[i] != 34:  # '"'
-                return r, nid, line, False
+                return 1, i, r, nid, line, next_id, 0
             j = i + 1
             while j < end and buf[j] != 34 and buf[j] != 92 and buf[j] != 10:
                 j += 1
             if j >= end or buf[j] != 34:
-                return r, nid, line, False
+                return 1, i, r, nid, line, next_id, 0
             code = _key_code(buf, i + 1, j)
             if code == 0 or (seen >> code) & 1:
-                return r, nid, line, False
+                return 1, i, r, nid, line, next_id, 0
             seen |= 1 << code
             i = _skip_ws(buf, j + 1, end)
             if i >= end or buf[i] != 58:  # ':'
-                return r, nid, line, False
+                return 1, i, r, nid, line, next_id, 0
             i = _skip_ws(buf, i + 1, end)
             if code == 1:
                 x, i, ok = _read_decimal(buf, i, end)
                 if not ok:
-                    return r, nid, line, False
+                    return 1, i, r, nid, line, next_id, 0
                 ts[r] = x
             elif code == 5:
                 ok = True
@@ -208,25 +216,25 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, 
                         j += 1
                     ok = j < end and buf[j] == 34
                     skeys[r] = _STRING_PENDING
-                    s_start[r] = i + 1
-                    s_end[r] = j
+                    s_s[r] = i + 1
+                    s_e[r] = j
                     i = j + 1
                 else:
                     v, i, ok = _read_int(buf, i, end, 18, True)
                     skeys[r] = v
                 if not ok:
-                    return r, nid, line, False
+                    return 1, i, r, nid, line, next_id, 0
             elif code == 2 or code == 3:
                 v, i, ok = _read_int(buf, i, end, 18, False)
                 if not ok:
-                    return r, nid, line, False
+                    return 1, i, r, nid, line, next_id, 0
                 if code == 2:
                     ins[r] = v
                 else:
                     outs[r] = v
             else:
                 if i >= end or buf[i] != 91:  # '['
-                    return r, nid, line, False
+                    return 1, i, r, nid, line, next_id, 0
                 i = _skip_ws(buf, i + 1, end)
                 if i < end and buf[i] == 93:  # ']'
                     i += 1
@@ -234,8 +242,15 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, 
                     while True:
                         v, i, ok = _read_int(buf, i, end, 18, False)
                         if not ok:
-                            return r, nid, line, False
-                        ids[nid] = v
+                            return 1, i, r, nid, line, next_id, 0
+                        if v >= n_table:
+                            return 2, line_start, r, first_id, line, next_id, v
+                        d = table[v] - 1
+                        if d < 0:
+                            d = next_id
+                            table[v] = d + 1
+                            next_id += 1
+                        out_ids[nid] = d
                         nid += 1
                         i = _skip_ws(buf, i, end)
                         if i < end and buf[i] == 44:  # ','
@@ -244,7 +259,7 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, 
                         if i < end and buf[i] == 93:
                             i += 1
                             break
-                        return r, nid, line, False
+                        return 1, i, r, nid, line, next_id, 0
             i = _skip_ws(buf, i, end)
             if i < end and buf[i] == 44:
                 i += 1
@@ -252,75 +267,114 @@ def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids, skeys, s_start, 
             if i < end and buf[i] == 125:  # '}'
                 i += 1
                 break
-            return r, nid, line, False
+            return 1, i, r, nid, line, next_id, 0
         if seen & 0b11110 != 0b11110:
-            return r, nid, line, False
+            return 1, i, r, nid, line, next_id, 0
         i = _skip_ws(buf, i, end)
         if i < end and buf[i] != 10:
-            return r, nid, line, False
+            return 1, i, r, nid, line, next_id, 0
         counts[r] = nid - first_id
         lines[r] = line
         r += 1
         i += 1
         line += 1
-    return r, nid, line, True
-
-
-@njit(cache=True)
-def _intern(ids, table, next_id, out):
-    """Dense ids by first appearance through a direct table holding ``dense id + 1`` (0 when
-    unseen: a zero-filled table costs no memory until its pages are written)."""
-    for k in range(len(ids)):
-        h = ids[k]
-        d = table[h] - 1
-        if d < 0:
-            d = next_id
-            table[h] = d + 1
-            next_id += 1
-        out[k] = d
-    return next_id
-
-
-def _chunks(path: Path) -> Iterator[bytes]:
-    """The file's uncompressed bytes in pieces (gzip decompressed as a stream)."""
-    with path.open("rb") as f:
-        head = f.read(2)
-        f.seek(0)
-        if head != b"\x1f\x8b":
-            while piece := f.read(CHUNK):
-                yield piece
-            return
-        d = zlib.decompressobj(wbits=31)
-        while True:
-            if d.eof:  # a second gzip member (concatenated files): the exact loader handles it
-                if d.unused_data or f.read(1):
-                    raise _GiveUp
-                return
-            raw = d.unconsumed_tail or f.read(CHUNK // 4)
-            if not raw:
-                raise _GiveUp  # truncated: the exact loader reports it
-            piece = d.decompress(raw, CHUNK)
-            if piece:
-                yield piece
+    return 0, i, r, nid, line, next_id, 0
 
 
 class _GiveUp(Exception):
     """Something the strict kernel does not read; the caller falls back to the exact loader."""
 
 
+def _whole_lines(path: Path, sha: Any) -> Iterator[np.ndarray]:
+    """The file's uncompressed content (gzip decompressed as a stream, the byte order mark
+    dropped) in pieces that end at a newline (the last at the end of the content). Each piece is
+    a view of one reused buffer, valid until the next is asked for: no bytes object per piece,
+    and the buffer's pages are faulted in once. ``sha`` (if any) is updated with the content."""
+    buf = np.empty(CHUNK, np.uint8)
+    filled = 0  # bytes in buf: the carried start of a line, then what was just read
+    start = -1  # where the content starts in the first piece (after a byte order mark)
+    with path.open("rb", buffering=0) as f:
+        gz = zlib.decompressobj(wbits=31) if f.read(2) == b"\x1f\x8b" else None
+        f.seek(0)
+        while True:
+            if filled == len(buf):  # one line longer than the buffer
+                grown = np.empty(2 * len(buf), np.uint8)
+                grown[:filled] = buf
+                buf = grown
+            n = _read_into(f, gz, buf[filled:])
+            if sha is not None and n:
+                sha.update(buf[filled : filled + n])
+            if start < 0 and (n == 0 or filled + n >= 3):
+                start = 3 if buf[: min(3, filled + n)].tobytes() == b"\xef\xbb\xbf" else 0
+            if n == 0:
+                if filled > max(start, 0):
+                    yield buf[max(start, 0) : filled]
+                return
+            cut = _after_last_newline(buf, filled, filled + n)
+            filled += n
+            if cut and start >= 0:
+                yield buf[start:cut]
+                start = 0
+                buf[: filled - cut] = buf[cut:filled]  # the unfinished line
+                filled -= cut
+
+
+def _read_into(f: Any, gz: Any, out: np.ndarray) -> int:
+    """Fill the front of ``out`` with the next content bytes; 0 at the end of the content."""
+    if gz is None:
+        return int(f.readinto(out.data))
+    while True:
+        if gz.eof:  # a second gzip member (concatenated files): the exact loader handles it
+            if gz.unused_data or f.read(1):
+                raise _GiveUp
+            return 0
+        raw = gz.unconsumed_tail or f.read(CHUNK // 4)
+        if not raw:
+            raise _GiveUp  # truncated: the exact loader reports it
+        piece = gz.decompress(raw, len(out))
+        if piece:
+            out[: len(piece)] = np.frombuffer(piece, np.uint8)
+            return len(piece)
+
+
+def _after_last_newline(buf: np.ndarray, lo: int, hi: int) -> int:
+    """One past the last newline in ``buf[:hi]`` at or after ``lo``, or 0 if there is none
+    (searched backwards a window at a time: lines are short, so one window usually does)."""
+    while hi > lo:
+        a = max(lo, hi - (1 << 16))
+        found = np.flatnonzero(buf[a:hi] == 10)
+        if len(found):
+            return a + int(found[-1]) + 1
+        hi = a
+    return 0
+
+
 def parse(path: Path, raw_sha256: str | None = None) -> tuple[dict[str, Any], str] | None:
     """``(Trace fields but name and sha256, sha256 of the uncompressed content)`` or None.
     ``raw_sha256``, the file's sha256 if known, saves hashing a plain file twice."""
+    parsed = _parse_file(path, content_sha=True, raw_sha256=raw_sha256)
+    if parsed is None:
+        return None
+    fields, sha = parsed
+    assert sha is not None
+    return fields, sha
+
+
+def _parse_file(
+    path: Path, *, content_sha: bool, raw_sha256: str | None
+) -> tuple[dict[str, Any], str | None] | None:
+    """The fields and, if ``content_sha``, the content's sha256 (a plain file's is
+    ``raw_sha256`` when given; None when not asked for)."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
             gzipped = f.read(2) == b"\x1f\x8b"
-        known = None if gzipped else raw_sha256  # a plain file's content is its raw bytes
-        sha = hashlib.sha256() if known is None else None
+        known = None if gzipped or not content_sha else raw_sha256
+        sha = hashlib.sha256() if content_sha and known is None else None
         # Plain files: exact upper bounds (a request line has >= _MIN_LINE bytes, an id >= 2);
         # gzip: a guess of 8x compression, grown if needed.
         builder = _Builder(size if not gzipped else 8 * size)
-        for data in _whole_lines(_chunks(path), sha):
+        for data in _whole_lines(path, sha):
             if not builder.feed(data):
                 return None
         fields = builder.result()
@@ -328,7 +382,7 @@ def parse(path: Path, raw_sha256: str | None = None) -> tuple[dict[str, Any], st
         return None
     if fields is None:
         return None
-    return fields, known or sha.hexdigest()  # type: ignore[union-attr]
+    return fields, known or (sha.hexdigest() if sha is not None else None)
 
 
 def parse_body(body: bytes) -> dict[str, Any] | None:
@@ -336,34 +390,14 @@ def parse_body(body: bytes) -> dict[str, Any] | None:
     already in memory (without its byte order mark), or None when the exact parser must run. The
     ordinary loader uses it for files with session ids, which its pyarrow path does not read."""
     builder = _Builder(len(body))
-    view = memoryview(body)
+    whole = np.frombuffer(body, np.uint8)
     pos = 0
-    while pos < len(body):  # slices of whole lines, about CHUNK bytes each, not copied
+    while pos < len(body):  # views of whole lines, about CHUNK bytes each, not copied
         stop = body.find(b"\n", min(pos + CHUNK, len(body)) - 1) + 1 or len(body)
-        if not builder.feed(view[pos:stop]):
+        if not builder.feed(whole[pos:stop]):
             return None
         pos = stop
     return builder.result()
-
-
-def _whole_lines(pieces: Iterator[bytes], sha: Any) -> Iterator[bytes]:
-    """The pieces re-cut to end at a newline (the last at the end of the content), with the
-    byte order mark dropped; ``sha`` (if any) is updated with the content as read."""
-    carry = b""
-    first = True
-    for piece in pieces:
-        if sha is not None:
-            sha.update(piece)
-        if first and piece.startswith(b"\xef\xbb\xbf"):
-            piece = piece[3:]
-        first = False
-        data = carry + piece
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            yield data[:cut]
-        carry = data[cut:]
-    if carry:
-        yield carry
 
 
 class _Column:
@@ -391,7 +425,8 @@ class _Column:
         return self.data[: self.n]
 
 
-_MIN_LINE = len('{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}')
+_MIN_LINE_TEXT = b'{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}'
+_MIN_LINE = len(_MIN_LINE_TEXT)
 
 
 class _Builder:
@@ -410,51 +445,49 @@ class _Builder:
         self.block_ids = _Column(np.int32, text_bytes // 2 + 1)
         self.table = np.zeros(1 << 20, dtype=np.int32)
         self.next_id = 0
-        self.n_access = 0
         self.line = 1
         self.strings: dict[bytes, int] = {}
         self.sessions = False
-        self.scratch = np.empty(0, np.int64)  # raw ids, then string spans; reused
+        self.scratch = np.empty(0, np.int64)  # string spans; reused
 
     def _scratch(self, n: int) -> np.ndarray:
         if len(self.scratch) < n:  # reused, so its pages are faulted in once, not per piece
-            self.scratch = np.empty(max(n, CHUNK // 2 + 1), np.int64)
+            self.scratch = np.empty(max(n, CHUNK + 2), np.int64)
         return self.scratch
 
-    def feed(self, data: Any) -> bool:
-        """Parse ``data`` (whole lines); False when the exact loader must decide."""
-        buf = np.frombuffer(data, dtype=np.uint8)
+    def feed(self, buf: np.ndarray) -> bool:
+        """Parse ``buf`` (uint8, whole lines); False when the exact loader must decide."""
         max_lines = len(buf) // 2 + 1  # blank lines count too; untouched pages cost nothing
+        max_ids = len(buf) // 2 + 1  # an id takes 2 bytes at least ("0,")
         ts, ins, outs, counts, lines, skeys = (c.room(max_lines) for c in self.columns.values())
-        scratch = self._scratch(len(buf) // 2 + 1 + 2 * max_lines)
-        ids = scratch[: len(buf) // 2 + 1]
-        s_start = scratch[len(ids) : len(ids) + max_lines]
-        s_end = scratch[len(ids) + max_lines : len(ids) + 2 * max_lines]
-        r, nid, self.line, ok = _parse_chunk(
-            buf, self.line, ts, ins, outs, counts, lines, ids, skeys, s_start, s_end
-        )
-        if not ok:
+        out_ids = self.block_ids.room(max_ids)
+        scratch = self._scratch(2 * max_lines)  # string session ids' spans
+        s_start, s_end = scratch[:max_lines], scratch[max_lines : 2 * max_lines]
+        i = r = nid = 0
+        while True:
+            status, i, r, nid, self.line, self.next_id, need = _parse_chunk(
+                buf, i, r, nid, self.line, ts, ins, outs, counts, lines, out_ids,
+                self.table, self.next_id, skeys, s_start, s_end,
+            )  # fmt: skip
+            if status != 2:
+                break
+            # Only dense enough ids get a direct table (it is 4 bytes per possible id).
+            if need > min(_MAX_ID, 8 * (self.block_ids.n + max_ids) + (1 << 20)):
+                return False  # sparse or huge ids: the exact loader sorts them
+            grown = np.zeros(max(2 * len(self.table), need + 1), dtype=np.int32)  # lazily 0
+            grown[: len(self.table)] = self.table
+            self.table = grown
+        if status != 0:
             return False
-        if r and not self._session_keys(data, skeys[:r], s_start, s_end):
+        if r and not self._session_keys(buf, skeys[:r], s_start, s_end):
             return False
         for c in self.columns.values():
             c.done(r)
-        ids = ids[:nid]
-        if nid:
-            hi = int(ids.max())
-            self.n_access += nid
-            if hi > min(_MAX_ID, 8 * self.n_access + (1 << 20)):
-                return False  # sparse or huge ids: the exact loader sorts them
-            if hi >= len(self.table):
-                grown = np.zeros(max(2 * len(self.table), hi + 1), dtype=np.int32)  # lazily 0
-                grown[: len(self.table)] = self.table
-                self.table = grown
-        self.next_id = _intern(ids, self.table, self.next_id, self.block_ids.room(nid))
         self.block_ids.done(nid)
         return True
 
     def _session_keys(
-        self, data: Any, keys: np.ndarray, s_start: np.ndarray, s_end: np.ndarray
+        self, buf: np.ndarray, keys: np.ndarray, s_start: np.ndarray, s_end: np.ndarray
     ) -> bool:
         """Number the piece's string session ids (bytes without escapes: equal strings have
         equal bytes); False if one is not valid UTF-8 (the exact loader reports the line)."""
@@ -466,11 +499,10 @@ class _Builder:
         if not len(pending):
             return True
         strings = self.strings
-        raw = bytes(data) if isinstance(data, memoryview) else data
         starts, ends = s_start[pending].tolist(), s_end[pending].tolist()
         numbers = np.empty(len(pending), np.int64)
         for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
-            text = raw[a:b]
+            text = buf[a:b].tobytes()
             number = strings.get(text)
             if number is None:
                 if not text.isascii():
@@ -487,7 +519,7 @@ class _Builder:
         columns = self.columns
         if columns["timestamps"].n == 0:
             return None  # the exact loader names the problem (empty file, blank lines only)
-        self.table = self.scratch = np.empty(0, np.int64)  # free them before the last arrays
+        self.table, self.scratch = np.empty(0, np.int32), np.empty(0, np.int64)  # freed now
         counts = columns.pop("counts").result()
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -532,9 +564,40 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+class _Sha256Thread:
+    """:func:`file_sha256` on another thread (hashlib releases the GIL on large updates), so
+    that it overlaps loading the compiled parser or parsing; :meth:`get` waits for it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.digest: str | None = None
+        self.thread = threading.Thread(target=self._run, name="prefixsim-sha256", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.digest = file_sha256(self.path)
+        except OSError:
+            self.digest = None
+
+    def get(self) -> str | None:
+        self.thread.join()
+        return self.digest
+
+
+def _load_kernel() -> None:
+    """Call the parser on one line, so that numba loads it (the first use of numba in a
+    process costs about a second) while the file is being hashed."""
+    builder = _Builder(1)
+    builder.feed(np.frombuffer(_MIN_LINE_TEXT, np.uint8).copy())
+
+
 def try_load(path: Path, given: str, use_cache: bool) -> Any:
     """The :class:`~prefixsim.trace.Trace` of a large ordinary Mooncake file, or None when the
-    ordinary loader must run (small or unusual file, another format, anything to report)."""
+    ordinary loader must run (small or unusual file, another format, anything to report).
+
+    The file's sha256 (the cache key; a plain file's content hash too) is computed on another
+    thread while the parser loads and, without the cache, while it parses."""
     from .. import _trace_cache
     from ..errors import TraceError
     from ..trace import Trace
@@ -547,18 +610,24 @@ def try_load(path: Path, given: str, use_cache: bool) -> Any:
             head = f.read(1 << 20)
         if detect_format(head, given) != "mooncake":
             return None
-        key = file_sha256(path) if use_cache else None
     except (OSError, TraceError):
         return None
-    if key is not None:
+    hasher = _Sha256Thread(path)
+    _load_kernel()
+    key = None
+    if use_cache:
+        key = hasher.get()
+        if key is None:
+            return None
         cached = _trace_cache.load(key)
         if cached is not None:
             return Trace(name=given, **cached)
-    parsed = parse(path, key)
-    if parsed is None:
+    parsed = _parse_file(path, content_sha=head[:2] == b"\x1f\x8b", raw_sha256=None)
+    raw = hasher.get()
+    if parsed is None or raw is None:
         return None
     fields, sha = parsed
-    trace = Trace(name=given, sha256=sha, **fields)
+    trace = Trace(name=given, sha256=sha or raw, **fields)
     if key is not None:
         _trace_cache.store(key, trace)
     return trace
