@@ -22,7 +22,7 @@ chat files the exact line-by-line parsers."""
 
 def check_session_id(obj: dict[str, Any], display: str, line: int) -> tuple[str, Any] | None:
     """The request's session as a key that tells strings from integers, or None."""
-    from ..trace import _describe
+    from .jsonl import _describe
 
     if "session_id" in getattr(obj, "duplicates", frozenset()):
         raise TraceError(
