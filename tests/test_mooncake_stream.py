@@ -56,7 +56,11 @@ def line(draw: st.DrawFn) -> str:
         "input_length": draw(rarely_odd(good_int)),
         "output_length": draw(rarely_odd(good_int)),
         "hash_ids": "["
-        + ("," + draw(ws)).join(draw(st.lists(rarely_odd(st.integers(0, 50).map(str)), max_size=6)))
+        + draw(ws)
+        + (draw(ws) + "," + draw(ws)).join(
+            draw(st.lists(rarely_odd(st.integers(0, 50).map(str)), max_size=6))
+        )
+        + draw(ws)
         + "]",
     }
     if draw(st.booleans()):

@@ -206,9 +206,14 @@ def _parse_chunk(
                 if i < end and buf[i] == 93:  # ']'
                     i += 1
                 else:
-                    while True:
-                        v, i, ok = _read_int(buf, i, end, 18, False)
-                        if not ok:
+                    while True:  # the hot loop: _read_int inlined by hand, ids only
+                        start = i
+                        v = 0
+                        while i < end and 48 <= buf[i] <= 57:
+                            v = v * 10 + (buf[i] - 48)
+                            i += 1
+                        n = i - start
+                        if n == 0 or n > 18 or (n > 1 and buf[start] == 48):
                             return 1, i, r, nid, line, next_id, 0
                         if v >= n_table:
                             return 2, line_start, r, first_id, line, next_id, v
@@ -219,6 +224,15 @@ def _parse_chunk(
                             next_id += 1
                         out_ids[nid] = d
                         nid += 1
+                        # Then ", " (the usual case), "," or "]"; anything else ('.', 'e',
+                        # a sign, a letter) is not an id list of the subset.
+                        if i < end and buf[i] == 44:
+                            i += 1
+                            if i < end and buf[i] == 32:
+                                i += 1
+                            elif i < end and (buf[i] == 9 or buf[i] == 13):
+                                i = _skip_ws(buf, i, end)
+                            continue
                         i = _skip_ws(buf, i, end)
                         if i < end and buf[i] == 44:  # ','
                             i = _skip_ws(buf, i + 1, end)
