@@ -117,7 +117,7 @@ def _key_code(buf, i, j):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the sha256 thread runs meanwhile
 def _parse_chunk(
     buf, i, r, nid, line, ts, ins, outs, counts, lines, out_ids, table, next_id, skeys, s_s, s_e
 ):

@@ -319,11 +319,14 @@ def _dense_sessions(keys: np.ndarray) -> np.ndarray:
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 of the file's raw bytes, read in chunks."""
+    """sha256 of the file's raw bytes, read in chunks into one buffer (no allocation per chunk:
+    on a thread, freed chunks would linger in that thread's malloc arena)."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
-        while piece := f.read(CHUNK):
-            h.update(piece)
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    with path.open("rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 
