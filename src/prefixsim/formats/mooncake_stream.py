@@ -220,6 +220,9 @@ class _Builder:
 
     def feed(self, buf: np.ndarray) -> bool:
         """Parse ``buf`` (uint8, whole lines); False when the exact loader must decide."""
+        if buf.flags.writeable:  # one kernel signature (read-only), so numba compiles it once
+            buf = buf.view()
+            buf.flags.writeable = False
         max_lines = len(buf) // 2 + 1  # blank lines count too; untouched pages cost nothing
         max_ids = len(buf) // 2 + 1  # an id takes 2 bytes at least ("0,")
         ts, ins, outs, counts, lines, skeys = (c.room(max_lines) for c in self.columns.values())
@@ -355,7 +358,7 @@ def _load_kernel() -> None:
     """Call the parser on one line, so that numba loads it (the first use of numba in a
     process costs about a second) while the file is being hashed."""
     builder = _Builder(1)
-    builder.feed(np.frombuffer(_MIN_LINE_TEXT, np.uint8).copy())
+    builder.feed(np.frombuffer(_MIN_LINE_TEXT, np.uint8))
 
 
 def try_load(path: Path, given: str, use_cache: bool) -> Any:
