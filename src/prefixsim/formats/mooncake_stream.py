@@ -192,6 +192,23 @@ _MIN_LINE_TEXT = b'{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":
 _MIN_LINE = len(_MIN_LINE_TEXT)
 
 
+_BYTES_PER_ID_GUESS = 16
+"""The id table starts with one entry per this many bytes of text (dense Mooncake ids: about one
+distinct id per 20 bytes), so that it rarely grows: each doubling copies it into fresh pages
+(about a second of the 10M-request parse when it started at 2**20 entries)."""
+
+
+def _zeros_table(entries: int) -> np.ndarray:
+    """A zero-filled id table of at least 2**20 entries, at most 2**31 (numpy asks the kernel
+    for zero pages: only the entries written cost memory). Falls back to 2**20 entries where the
+    address space is short; the table then grows as needed."""
+    entries = min(max(entries, 1 << 20), _MAX_ID + 1)
+    try:
+        return np.zeros(entries, dtype=np.int32)
+    except MemoryError:
+        return np.zeros(1 << 20, dtype=np.int32)
+
+
 class _Builder:
     """The trace's arrays, built a piece of whole lines at a time (:meth:`feed`)."""
 
@@ -206,7 +223,7 @@ class _Builder:
             "session_keys": _Column(np.int64, per_request),
         }
         self.block_ids = _Column(np.int32, text_bytes // 2 + 1)
-        self.table = np.zeros(1 << 20, dtype=np.int32)
+        self.table = _zeros_table(text_bytes // _BYTES_PER_ID_GUESS)
         self.next_id = 0
         self.line = 1
         self.strings: dict[bytes, int] = {}
