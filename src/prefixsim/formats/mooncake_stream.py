@@ -282,20 +282,24 @@ class _Builder:
         if not len(pending):
             return True
         strings = self.strings
-        starts, ends = s_start[pending].tolist(), s_end[pending].tolist()
-        numbers = np.empty(len(pending), np.int64)
-        for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
-            text = buf[a:b].tobytes()
-            number = strings.get(text)
-            if number is None:
-                if not text.isascii():
+        raw = buf.tobytes()  # one copy of the piece: slicing bytes is cheaper than numpy views
+        spans = zip(s_start[pending].tolist(), s_end[pending].tolist(), strict=True)
+        texts = [raw[a:b] for a, b in spans]
+        if raw.isascii():  # no string to check; new ones numbered in order of first appearance
+            add = strings.setdefault
+            numbers = [add(text, len(strings)) for text in texts]
+        else:
+            numbers = []
+            for text in texts:
+                number = strings.get(text)
+                if number is None:
                     try:
                         text.decode("utf-8")
                     except UnicodeDecodeError:
                         return False
-                number = strings[text] = len(strings)
-            numbers[k] = number
-        keys[pending] = STRING_BASE + numbers
+                    number = strings[text] = len(strings)
+                numbers.append(number)
+        keys[pending] = STRING_BASE + np.array(numbers, dtype=np.int64)
         return True
 
     def result(self) -> dict[str, Any] | None:
