@@ -188,8 +188,7 @@ class _Column:
         return self.data[: self.n]
 
 
-_MIN_LINE_TEXT = b'{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}'
-_MIN_LINE = len(_MIN_LINE_TEXT)
+_MIN_LINE = len('{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}')
 
 
 _BYTES_PER_ID_GUESS = 16
@@ -355,8 +354,8 @@ def file_sha256(path: Path) -> str:
 
 
 class _Sha256Thread:
-    """:func:`file_sha256` on another thread (hashlib releases the GIL on large updates), so
-    that it overlaps loading the compiled parser or parsing; :meth:`get` waits for it."""
+    """:func:`file_sha256` on another thread (hashlib releases the GIL on large updates, the
+    parse kernel runs without it), so that it overlaps the parse; :meth:`get` waits for it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -375,19 +374,15 @@ class _Sha256Thread:
         return self.digest
 
 
-def _load_kernel() -> None:
-    """Call the parser on one line, so that numba loads it (the first use of numba in a
-    process costs about a second) while the file is being hashed."""
-    builder = _Builder(1)
-    builder.feed(np.frombuffer(_MIN_LINE_TEXT, np.uint8))
-
-
 def try_load(path: Path, given: str, use_cache: bool) -> Any:
     """The :class:`~prefixsim.trace.Trace` of a large ordinary Mooncake file, or None when the
     ordinary loader must run (small or unusual file, another format, anything to report).
 
-    The file's sha256 (the cache key; a plain file's content hash too) is computed on another
-    thread while the parser loads and, without the cache, while it parses."""
+    With the cache, the file's sha256 (the cache key; a plain file's content hash too) comes
+    first, and the parser (numba's first use in a process takes about a second) is loaded only
+    on a miss: a process that finds the trace cached and replays elsewhere (a sweep's parent)
+    never loads it. Without the cache, the sha256 runs on another thread while the file is
+    parsed."""
     from .. import _trace_cache
     from ..errors import TraceError
     from ..trace import Trace
@@ -403,7 +398,6 @@ def try_load(path: Path, given: str, use_cache: bool) -> Any:
     except (OSError, TraceError):
         return None
     hasher = _Sha256Thread(path)
-    _load_kernel()
     key = None
     if use_cache:
         key = hasher.get()
