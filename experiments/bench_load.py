@@ -37,13 +37,13 @@ from pathlib import Path
 
 CHILD = r"""
 import json, os, sys, tempfile, threading, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import prefixsim
 path = sys.argv[1]
 with tempfile.TemporaryDirectory() as cache:
     os.environ["PREFIXSIM_CACHE_DIR"] = cache
     first = prefixsim.load_trace(path)
-    first_s = time.perf_counter() - t0
+    first_s, first_cpu = time.perf_counter() - t0, time.process_time() - c0
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -64,7 +64,8 @@ fields = ("timestamps", "input_lengths", "output_lengths", "offsets", "block_ids
           "session_ids")
 arrays = sum(getattr(trace, f).nbytes for f in fields if getattr(trace, f) is not None)
 print(json.dumps({"requests": trace.n_requests, "sessions": trace.session_ids is not None,
-                  "first_s": first_s, "warm_s": warm_s, "warm_cpu": warm_cpu,
+                  "first_s": first_s, "first_cpu": first_cpu,
+                  "warm_s": warm_s, "warm_cpu": warm_cpu,
                   "peak": max(peak[0], rss()) - before, "arrays": arrays}))
 """
 
@@ -118,7 +119,8 @@ def large(path: str, baseline: Path | None, reps: int) -> None:
             runs[name].append(run_child(trees[name], path))
     print(f"{path}: {runs['this checkout'][0]['requests']:,} requests; medians of {reps}")
     print(
-        f"{'tree':>14} {'first s':>8} {'warm s':>7} {'warm cpu':>8} {'req/3s (warm)':>14} "
+        f"{'tree':>14} {'first s':>8} {'(cpu)':>6} {'warm s':>7} {'warm cpu':>8} "
+        f"{'req/3s (warm)':>14} "
         f"{'peak MB':>8} {'arrays MB':>9} {'x arrays':>8}  sessions"
     )
     for name, rs in runs.items():
@@ -128,7 +130,8 @@ def large(path: str, baseline: Path | None, reps: int) -> None:
 
         mb = 2**20
         print(
-            f"{name:>14} {med('first_s'):>8.2f} {med('warm_s'):>7.2f} {med('warm_cpu'):>8.2f} "
+            f"{name:>14} {med('first_s'):>8.2f} {med('first_cpu'):>6.2f} {med('warm_s'):>7.2f} "
+            f"{med('warm_cpu'):>8.2f} "
             f"{3 * rs[0]['requests'] / med('warm_s'):>14,.0f} {med('peak') / mb:>8.0f} "
             f"{rs[0]['arrays'] / mb:>9.0f} {med('peak') / rs[0]['arrays']:>8.2f}  "
             f"{rs[0]['sessions']}"
