@@ -194,7 +194,8 @@ _MIN_LINE = len('{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]
 _BYTES_PER_ID_GUESS = 16
 """The id table starts with one entry per this many bytes of text (dense Mooncake ids: about one
 distinct id per 20 bytes), so that it rarely grows: each doubling copies it into fresh pages
-(about a second of the 10M-request parse when it started at 2**20 entries)."""
+(0.66 s for the 10M-request trace's 142M ids when it started at 2**20 entries, against 0.26 s
+for one table of the final size)."""
 
 
 def _zeros_table(entries: int) -> np.ndarray:
