@@ -260,7 +260,8 @@ running[0] = False
 sampler.join()
 peak_load = max(peak[0], rss())
 arrays = sum(getattr(trace, f).nbytes for f in ("timestamps", "input_lengths", "output_lengths",
-             "offsets", "block_ids", "line_numbers"))
+             "offsets", "block_ids", "line_numbers", "session_ids")
+             if getattr(trace, f) is not None)
 out = {"requests": trace.n_requests, "accesses": trace.n_accesses, "blocks": trace.n_blocks,
        "load_s": load, "peak_load": peak_load - before, "arrays": arrays}
 bundled = prefixsim.load_trace("conversation")

@@ -52,6 +52,26 @@ def test_structural_blocks_equal_hashed_tokens(seed: int, block_size: int, zipf:
     assert np.array_equal(structural.input_lengths, hashed["input_lengths"])
 
 
+def test_session_ids_are_the_sessions_in_order_of_first_request() -> None:
+    # Derived from the plan's prompts alone: requests of one session extend each other's
+    # prompts, so two requests share a session exactly when they share blocks past the system
+    # prompt; numbering by first request means each new session is max-so-far + 1.
+    plan = synth_plan(dataclasses.replace(SMALL, requests=300, seed=5))
+    sessions = plan_trace(plan, 16).session_ids
+    assert sessions is not None and sessions.dtype == np.int64
+    seen = -1
+    for s in sessions.tolist():
+        assert s <= seen + 1
+        seen = max(seen, s)
+    assert seen + 1 == plan.n_sessions
+    tokens = plan_tokens(plan)
+    own_first = {}  # a session's first own token id: unique to it
+    for i, s in enumerate(sessions.tolist()):
+        a = int(tokens.token_offsets[i] + plan.system_tokens[plan.system[i]])
+        assert own_first.setdefault(s, int(tokens.tokens[a])) == int(tokens.tokens[a])
+    assert len(set(own_first.values())) == len(own_first)
+
+
 def test_sessions_extend_their_prompts() -> None:
     # Within a session, turn t's prompt = turn t-1's prompt + its answer + a new message, so
     # prompts strictly grow by more than the previous answer; arrivals are sorted.
@@ -86,6 +106,8 @@ def test_cli_writes_a_loadable_trace(tmp_path: Path) -> None:
         synth_plan(SynthConfig(requests=50, seed=3, system_tokens_median=600)), 64
     )
     assert np.array_equal(trace.block_ids, expected.block_ids)
+    assert expected.session_ids is not None and trace.session_ids is not None
+    assert np.array_equal(trace.session_ids, expected.session_ids)
     tokens_out = tmp_path / "s.tokens.jsonl.gz"
     assert main([str(tokens_out), "--requests", "5", "--format", "tokens"]) == 0
     with gzip.open(tokens_out, "rt") as f:

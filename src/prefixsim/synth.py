@@ -1,7 +1,8 @@
 """A controllable synthetic workload: multi-turn chat sessions, shared system prompts, agent loops.
 
 ``python -m prefixsim.synth OUT --requests N --seed S [--like conversation] [--PARAM VALUE ...]``
-writes a Mooncake trace (or a token trace with ``--format tokens``); :func:`synth_plan`,
+writes a Mooncake trace (or a token trace with ``--format tokens``), each request with its
+``session_id`` (the session's number, 0, 1, ... in order of first request); :func:`synth_plan`,
 :func:`plan_trace` and :func:`plan_tokens` do the same from Python. The model (every parameter
 is a field of :class:`SynthConfig`, documented there and in ``docs/synth.md``):
 
@@ -275,7 +276,8 @@ def _block_ids_kernel(prompt, system, system_tokens, session, n_sessions, block_
 def plan_trace(plan: SynthPlan, block_size: int, name: str = "synth") -> Trace:
     """The plan as a :class:`Trace` at ``block_size``: the blocks its token ids hash to, from the
     structure alone. A block is shared exactly when it lies wholly in the same system prompt or
-    in the same session's prefix."""
+    in the same session's prefix. Its ``session_ids`` are the plan's sessions (so a Mooncake file
+    written from it has a ``session_id`` on every line)."""
     import hashlib
 
     offsets = np.zeros(plan.n_requests + 1, dtype=np.int64)
@@ -306,6 +308,9 @@ def plan_trace(plan: SynthPlan, block_size: int, name: str = "synth") -> Trace:
         n_blocks=int(n_blocks),
         line_numbers=np.arange(1, plan.n_requests + 1, dtype=np.int64),
         block_size=block_size,
+        # Real sessions: numbered 0, 1, ... in order of first request, as loading them back
+        # numbers them, so a written trace routes the same (cluster ``session`` router).
+        session_ids=plan.session,
     )
 
 

@@ -1,6 +1,7 @@
 """Trace formats other than plain Mooncake, and the format detection of :func:`load_trace`.
 
-``mooncake``: precomputed chained block hashes (``hash_ids``), read by :mod:`prefixsim.trace`;
+``mooncake``: precomputed chained block hashes (``hash_ids``), read by :mod:`.mooncake` (in memory)
+and :mod:`.mooncake_stream` (large files, streamed);
 ``tokens``: prompts as token ids (:mod:`.tokens`); ``chat``: OpenAI-style ``messages``
 (:mod:`.chat`), rendered by a chat template and tokenized. Token and chat traces are hashed into
 chained blocks at a ``block_size`` (:mod:`.hashing`), so their blocks, and so the parsed trace,

@@ -101,7 +101,7 @@ def tokenize(texts: list[str], tokenizer: str) -> list[np.ndarray]:
 
 def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
     """Parse uncompressed chat JSONL (BOM stripped) into a :class:`TokenTable`."""
-    from ..trace import _decode_line
+    from .jsonl import _decode_line
 
     template_parts(opts.chat_template)  # a bad template fails before the parse
     texts: list[str] = []
@@ -150,7 +150,7 @@ def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
 
 
 def _check_messages(obj: Any, display: str, line: int) -> list[dict[str, str]]:
-    from ..trace import _describe
+    from .jsonl import _describe
 
     check_fields(obj, ("messages",), CHAT_FIELDS, display, line)
     messages = obj["messages"]

@@ -6,272 +6,161 @@ gzip as a stream), parses each chunk's complete lines with a numba kernel and ma
 is about the final arrays plus one chunk and the id table.
 
 The kernel accepts only a strict subset of the format, whose values it can read exactly: each
-non-blank line is one object whose keys are exactly ``timestamp``, ``input_length``,
-``output_length`` and ``hash_ids`` (each once, any order, JSON whitespace between tokens), with
-numbers without exponent (``timestamp`` with at most 15 digits, read exactly as Python's
-``float``; the others integers of at most 18 digits, so they fit int64), ``input_length`` and
-``output_length`` non-negative, and ``hash_ids`` non-negative ids dense enough for a direct
-table (below ``8 * accesses + 2**20``). On anything else (another key, ``session_id`` too, an
-exponent, a string, a bad line...) it gives up and :func:`prefixsim.load_trace` falls back to
-its exact loader, which either reads the same trace or reports the first bad line: the result
-never depends on which path ran (tested).
+non-blank line is one object whose keys are ``timestamp``, ``input_length``, ``output_length``,
+``hash_ids`` and optionally ``session_id`` (each once, any order, JSON whitespace between
+tokens), with numbers without exponent (``timestamp`` with at most 15 digits, read exactly as
+Python's ``float``; the others integers of at most 18 digits, so they fit int64),
+``input_length`` and ``output_length`` non-negative, ``hash_ids`` non-negative ids dense enough
+for a direct table (below ``8 * accesses + 2**20``), and ``session_id`` ``null``, such an
+integer (negative too) or a string without escapes or control characters (its bytes, valid
+UTF-8, are then the string, so equal strings have equal bytes). On anything else (another key,
+an exponent, an escape, a bad line...) it gives up and :func:`prefixsim.load_trace` falls back
+to its exact loader, which either reads the same trace or reports the first bad line: the result
+never depends on which path ran (tested, session ids included).
+
+Session ids are numbered as :mod:`prefixsim.formats.sessions` says: each request gets an int64
+key (:data:`NO_SESSION`, the integer itself, or :data:`STRING_BASE` plus the string's number in
+order of first appearance), and the keys are numbered densely in order of first appearance at
+the end. :func:`parse_body` runs the same parser on a file already in memory: the ordinary
+loader's path for small files with session ids.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from .mooncake_kernel import _STRING_PENDING, NO_SESSION, STRING_BASE, _parse_chunk
 
 CHUNK = 1 << 23
 """Bytes read (or decompressed) per step."""
 _MAX_ID = 2**31 - 2
 
 
-@njit(cache=True)
-def _skip_ws(buf, i, end):
-    while i < end and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
-        i += 1
-    return i
-
-
-@njit(cache=True)
-def _read_int(buf, i, end, max_digits, allow_minus):
-    """(value, next index, ok) of a JSON integer at ``buf[i]`` with no fraction or exponent."""
-    neg = False
-    if i < end and buf[i] == 45:  # '-'
-        if not allow_minus:
-            return 0, i, False
-        neg = True
-        i += 1
-    start = i
-    v = 0
-    while i < end and 48 <= buf[i] <= 57:
-        v = v * 10 + (buf[i] - 48)
-        i += 1
-    n = i - start
-    if n == 0 or n > max_digits or (n > 1 and buf[start] == 48):
-        return 0, i, False
-    if i < end and (buf[i] == 46 or buf[i] == 101 or buf[i] == 69):  # '.', 'e', 'E'
-        return 0, i, False
-    return (-v if neg else v), i, True
-
-
-_POW10 = np.array([10.0**k for k in range(23)])  # exact doubles
-
-
-@njit(cache=True)
-def _read_decimal(buf, i, end):
-    """(value, next index, ok) of a JSON number without exponent and with at most 15 digits,
-    read exactly: the digits form an integer m < 2**53 and the value is m / 10**k with k <= 22,
-    one correctly rounded IEEE division of two exact doubles (Clinger's fast path), so it equals
-    Python's ``float(text)``."""
-    neg = False
-    if i < end and buf[i] == 45:
-        neg = True
-        i += 1
-    start = i
-    m = 0
-    while i < end and 48 <= buf[i] <= 57:
-        m = m * 10 + (buf[i] - 48)
-        i += 1
-    n_int = i - start
-    if n_int == 0 or (n_int > 1 and buf[start] == 48):
-        return 0.0, i, False
-    k = 0
-    if i < end and buf[i] == 46:  # '.'
-        i += 1
-        f0 = i
-        while i < end and 48 <= buf[i] <= 57:
-            m = m * 10 + (buf[i] - 48)
-            i += 1
-        k = i - f0
-        if k == 0:
-            return 0.0, i, False
-    if n_int + k > 15 or (i < end and (buf[i] == 101 or buf[i] == 69)):
-        return 0.0, i, False
-    v = float(m) / _POW10[k]
-    return (-v if neg else v), i, True
-
-
-# Key codes: 1 timestamp, 2 input_length, 3 output_length, 4 hash_ids, 0 anything else.
-_K_TS = np.frombuffer(b"timestamp", dtype=np.uint8).copy()
-_K_IN = np.frombuffer(b"input_length", dtype=np.uint8).copy()
-_K_OUT = np.frombuffer(b"output_length", dtype=np.uint8).copy()
-_K_IDS = np.frombuffer(b"hash_ids", dtype=np.uint8).copy()
-
-
-@njit(cache=True)
-def _same(buf, i, key):
-    for k in range(len(key)):  # noqa: SIM110 - numba compiles no generator expressions
-        if buf[i + k] != key[k]:
-            return False
-    return True
-
-
-@njit(cache=True)
-def _key_code(buf, i, j):
-    n = j - i
-    if n == 9 and _same(buf, i, _K_TS):
-        return 1
-    if n == 12 and _same(buf, i, _K_IN):
-        return 2
-    if n == 13 and _same(buf, i, _K_OUT):
-        return 3
-    if n == 8 and _same(buf, i, _K_IDS):
-        return 4
-    return 0
-
-
-@njit(cache=True)
-def _parse_chunk(buf, line0, ts, ins, outs, counts, lines, ids):
-    """Parse the complete lines of ``buf`` (it ends at a newline or the end of the file).
-    Returns (requests, ids written, newlines seen, ok)."""
-    end = len(buf)
-    i = 0
-    r = 0
-    nid = 0
-    line = line0
-    while i < end:
-        i = _skip_ws(buf, i, end)
-        if i < end and buf[i] == 10:  # blank line
-            i += 1
-            line += 1
-            continue
-        if i >= end:
-            break
-        if buf[i] != 123:  # '{'
-            return r, nid, line, False
-        i += 1
-        seen = 0
-        first_id = nid
-        while True:
-            i = _skip_ws(buf, i, end)
-            if i >= end or buf[i] != 34:  # '"'
-                return r, nid, line, False
-            j = i + 1
-            while j < end and buf[j] != 34 and buf[j] != 92 and buf[j] != 10:
-                j += 1
-            if j >= end or buf[j] != 34:
-                return r, nid, line, False
-            code = _key_code(buf, i + 1, j)
-            if code == 0 or (seen >> code) & 1:
-                return r, nid, line, False
-            seen |= 1 << code
-            i = _skip_ws(buf, j + 1, end)
-            if i >= end or buf[i] != 58:  # ':'
-                return r, nid, line, False
-            i = _skip_ws(buf, i + 1, end)
-            if code == 1:
-                x, i, ok = _read_decimal(buf, i, end)
-                if not ok:
-                    return r, nid, line, False
-                ts[r] = x
-            elif code == 2 or code == 3:
-                v, i, ok = _read_int(buf, i, end, 18, False)
-                if not ok:
-                    return r, nid, line, False
-                if code == 2:
-                    ins[r] = v
-                else:
-                    outs[r] = v
-            else:
-                if i >= end or buf[i] != 91:  # '['
-                    return r, nid, line, False
-                i = _skip_ws(buf, i + 1, end)
-                if i < end and buf[i] == 93:  # ']'
-                    i += 1
-                else:
-                    while True:
-                        v, i, ok = _read_int(buf, i, end, 18, False)
-                        if not ok:
-                            return r, nid, line, False
-                        ids[nid] = v
-                        nid += 1
-                        i = _skip_ws(buf, i, end)
-                        if i < end and buf[i] == 44:  # ','
-                            i = _skip_ws(buf, i + 1, end)
-                            continue
-                        if i < end and buf[i] == 93:
-                            i += 1
-                            break
-                        return r, nid, line, False
-            i = _skip_ws(buf, i, end)
-            if i < end and buf[i] == 44:
-                i += 1
-                continue
-            if i < end and buf[i] == 125:  # '}'
-                i += 1
-                break
-            return r, nid, line, False
-        if seen != 0b11110:
-            return r, nid, line, False
-        i = _skip_ws(buf, i, end)
-        if i < end and buf[i] != 10:
-            return r, nid, line, False
-        counts[r] = nid - first_id
-        lines[r] = line
-        r += 1
-        i += 1
-        line += 1
-    return r, nid, line, True
-
-
-@njit(cache=True)
-def _intern(ids, table, next_id, out):
-    """Dense ids by first appearance through a direct table holding ``dense id + 1`` (0 when
-    unseen: a zero-filled table costs no memory until its pages are written)."""
-    for k in range(len(ids)):
-        h = ids[k]
-        d = table[h] - 1
-        if d < 0:
-            d = next_id
-            table[h] = d + 1
-            next_id += 1
-        out[k] = d
-    return next_id
-
-
-def _chunks(path: Path) -> Iterator[bytes]:
-    """The file's uncompressed bytes in pieces (gzip decompressed as a stream)."""
-    with path.open("rb") as f:
-        head = f.read(2)
-        f.seek(0)
-        if head != b"\x1f\x8b":
-            while piece := f.read(CHUNK):
-                yield piece
-            return
-        d = zlib.decompressobj(wbits=31)
-        while True:
-            if d.eof:  # a second gzip member (concatenated files): the exact loader handles it
-                if d.unused_data or f.read(1):
-                    raise _GiveUp
-                return
-            raw = d.unconsumed_tail or f.read(CHUNK // 4)
-            if not raw:
-                raise _GiveUp  # truncated: the exact loader reports it
-            piece = d.decompress(raw, CHUNK)
-            if piece:
-                yield piece
-
-
 class _GiveUp(Exception):
     """Something the strict kernel does not read; the caller falls back to the exact loader."""
+
+
+def _whole_lines(path: Path, sha: Any) -> Iterator[np.ndarray]:
+    """The file's uncompressed content (gzip decompressed as a stream, the byte order mark
+    dropped) in pieces that end at a newline (the last at the end of the content). Each piece is
+    a view of one reused buffer, valid until the next is asked for: no bytes object per piece,
+    and the buffer's pages are faulted in once. ``sha`` (if any) is updated with the content."""
+    buf = np.empty(CHUNK, np.uint8)
+    filled = 0  # bytes in buf: the carried start of a line, then what was just read
+    start = -1  # where the content starts in the first piece (after a byte order mark)
+    with path.open("rb", buffering=0) as f:
+        gz = zlib.decompressobj(wbits=31) if f.read(2) == b"\x1f\x8b" else None
+        f.seek(0)
+        while True:
+            if filled == len(buf):  # one line longer than the buffer
+                grown = np.empty(2 * len(buf), np.uint8)
+                grown[:filled] = buf
+                buf = grown
+            n = _read_into(f, gz, buf[filled:])
+            if sha is not None and n:
+                sha.update(buf[filled : filled + n])
+            if start < 0 and (n == 0 or filled + n >= 3):
+                start = 3 if buf[: min(3, filled + n)].tobytes() == b"\xef\xbb\xbf" else 0
+            if n == 0:
+                if filled > max(start, 0):
+                    yield buf[max(start, 0) : filled]
+                return
+            cut = _after_last_newline(buf, filled, filled + n)
+            filled += n
+            if cut and start >= 0:
+                yield buf[start:cut]
+                start = 0
+                buf[: filled - cut] = buf[cut:filled]  # the unfinished line
+                filled -= cut
+
+
+def _read_into(f: Any, gz: Any, out: np.ndarray) -> int:
+    """Fill the front of ``out`` with the next content bytes; 0 at the end of the content."""
+    if gz is None:
+        return int(f.readinto(out.data))
+    while True:
+        if gz.eof:  # a second gzip member (concatenated files): the exact loader handles it
+            if gz.unused_data or f.read(1):
+                raise _GiveUp
+            return 0
+        raw = gz.unconsumed_tail or f.read(CHUNK // 4)
+        if not raw:
+            raise _GiveUp  # truncated: the exact loader reports it
+        piece = gz.decompress(raw, len(out))
+        if piece:
+            out[: len(piece)] = np.frombuffer(piece, np.uint8)
+            return len(piece)
+
+
+def _after_last_newline(buf: np.ndarray, lo: int, hi: int) -> int:
+    """One past the last newline in ``buf[:hi]`` at or after ``lo``, or 0 if there is none
+    (searched backwards a window at a time: lines are short, so one window usually does)."""
+    while hi > lo:
+        a = max(lo, hi - (1 << 16))
+        found = np.flatnonzero(buf[a:hi] == 10)
+        if len(found):
+            return a + int(found[-1]) + 1
+        hi = a
+    return 0
 
 
 def parse(path: Path, raw_sha256: str | None = None) -> tuple[dict[str, Any], str] | None:
     """``(Trace fields but name and sha256, sha256 of the uncompressed content)`` or None.
     ``raw_sha256``, the file's sha256 if known, saves hashing a plain file twice."""
+    parsed = _parse_file(path, content_sha=True, raw_sha256=raw_sha256)
+    if parsed is None:
+        return None
+    fields, sha = parsed
+    assert sha is not None
+    return fields, sha
+
+
+def _parse_file(
+    path: Path, *, content_sha: bool, raw_sha256: str | None
+) -> tuple[dict[str, Any], str | None] | None:
+    """The fields and, if ``content_sha``, the content's sha256 (a plain file's is
+    ``raw_sha256`` when given; None when not asked for)."""
     try:
-        return _parse(path, raw_sha256)
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        known = None if gzipped or not content_sha else raw_sha256
+        sha = hashlib.sha256() if content_sha and known is None else None
+        # Plain files: exact upper bounds (a request line has >= _MIN_LINE bytes, an id >= 2);
+        # gzip: a guess of 8x compression, grown if needed.
+        builder = _Builder(size if not gzipped else 8 * size)
+        for data in _whole_lines(path, sha):
+            if not builder.feed(data):
+                return None
+        fields = builder.result()
     except (_GiveUp, OSError, zlib.error, EOFError):
         return None
+    if fields is None:
+        return None
+    return fields, known or (sha.hexdigest() if sha is not None else None)
+
+
+def parse_body(body: bytes) -> dict[str, Any] | None:
+    """The :class:`~prefixsim.trace.Trace` fields (but name and sha256) of uncompressed JSONL
+    already in memory (without its byte order mark), or None when the exact parser must run. The
+    ordinary loader uses it for files with session ids, which its pyarrow path does not read."""
+    builder = _Builder(len(body))
+    whole = np.frombuffer(body, np.uint8)
+    pos = 0
+    while pos < len(body):  # views of whole lines, about CHUNK bytes each, not copied
+        stop = body.find(b"\n", min(pos + CHUNK, len(body)) - 1) + 1 or len(body)
+        if not builder.feed(whole[pos:stop]):
+            return None
+        pos = stop
+    return builder.result()
 
 
 class _Column:
@@ -302,94 +191,199 @@ class _Column:
 _MIN_LINE = len('{"timestamp":0,"input_length":0,"output_length":0,"hash_ids":[]}')
 
 
-def _parse(path: Path, raw_sha256: str | None) -> tuple[dict[str, Any], str] | None:
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
-    known = None if gzipped else raw_sha256  # a plain file's content is its raw bytes
-    # Plain files: exact upper bounds (a request line has >= _MIN_LINE bytes, an id >= 2);
-    # gzip: a guess of 8x compression, grown if needed.
-    text = size if not gzipped else 8 * size
-    per_request = text // _MIN_LINE + 1
-    columns = {
-        "timestamps": _Column(np.float64, per_request),
-        "input_lengths": _Column(np.int64, per_request),
-        "output_lengths": _Column(np.int64, per_request),
-        "counts": _Column(np.int64, per_request),
-        "line_numbers": _Column(np.int64, per_request),
-    }
-    block_ids = _Column(np.int32, text // 2 + 1)
-    sha = hashlib.sha256()
-    table = np.zeros(1 << 20, dtype=np.int32)
-    next_id = 0
-    n_access = 0
-    line = 1
-    carry = b""
-    first = True
-    pieces = _chunks(path)
-    done = False
-    while not done:
-        piece = next(pieces, None)
-        if piece is None:
-            done = True
-            data, carry = carry, b""
-        else:
-            if known is None:
-                sha.update(piece)
-            if first and piece.startswith(b"\xef\xbb\xbf"):
-                piece = piece[3:]
-            first = False
-            data = carry + piece
-            cut = data.rfind(b"\n") + 1
-            data, carry = data[:cut], data[cut:]
-        if not data:
-            continue
-        buf = np.frombuffer(data, dtype=np.uint8)
-        max_lines = len(data) // 2 + 1  # blank lines count too; untouched pages cost nothing
-        ts, ins, outs, counts, lines = (c.room(max_lines) for c in columns.values())
-        ids = np.empty(len(data) // 2 + 1, np.int64)
-        r, nid, line, ok = _parse_chunk(buf, line, ts, ins, outs, counts, lines, ids)
-        if not ok:
-            return None
-        for c in columns.values():
+_BYTES_PER_ID_GUESS = 16
+"""The id table starts with one entry per this many bytes of text (dense Mooncake ids: about one
+distinct id per 20 bytes), so that it rarely grows: each doubling copies it into fresh pages
+(0.66 s for the 10M-request trace's 142M ids when it started at 2**20 entries, against 0.26 s
+for one table of the final size)."""
+
+
+def _zeros_table(entries: int) -> np.ndarray:
+    """A zero-filled id table of at least 2**20 entries, at most 2**31 (numpy asks the kernel
+    for zero pages: only the entries written cost memory). Falls back to 2**20 entries where the
+    address space is short; the table then grows as needed."""
+    entries = min(max(entries, 1 << 20), _MAX_ID + 1)
+    try:
+        return np.zeros(entries, dtype=np.int32)
+    except MemoryError:
+        return np.zeros(1 << 20, dtype=np.int32)
+
+
+class _Builder:
+    """The trace's arrays, built a piece of whole lines at a time (:meth:`feed`)."""
+
+    def __init__(self, text_bytes: int) -> None:
+        per_request = text_bytes // _MIN_LINE + 1
+        self.columns = {
+            "timestamps": _Column(np.float64, per_request),
+            "input_lengths": _Column(np.int64, per_request),
+            "output_lengths": _Column(np.int64, per_request),
+            "counts": _Column(np.int64, per_request),
+            "line_numbers": _Column(np.int64, per_request),
+            "session_keys": _Column(np.int64, per_request),
+        }
+        self.block_ids = _Column(np.int32, text_bytes // 2 + 1)
+        self.table = _zeros_table(text_bytes // _BYTES_PER_ID_GUESS)
+        self.next_id = 0
+        self.line = 1
+        self.strings: dict[bytes, int] = {}
+        self.sessions = False
+        self.scratch = np.empty(0, np.int64)  # string spans; reused
+
+    def _scratch(self, n: int) -> np.ndarray:
+        if len(self.scratch) < n:  # reused, so its pages are faulted in once, not per piece
+            self.scratch = np.empty(max(n, CHUNK + 2), np.int64)
+        return self.scratch
+
+    def feed(self, buf: np.ndarray) -> bool:
+        """Parse ``buf`` (uint8, whole lines); False when the exact loader must decide."""
+        if buf.flags.writeable:  # one kernel signature (read-only), so numba compiles it once
+            buf = buf.view()
+            buf.flags.writeable = False
+        max_lines = len(buf) // 2 + 1  # blank lines count too; untouched pages cost nothing
+        max_ids = len(buf) // 2 + 1  # an id takes 2 bytes at least ("0,")
+        ts, ins, outs, counts, lines, skeys = (c.room(max_lines) for c in self.columns.values())
+        out_ids = self.block_ids.room(max_ids)
+        scratch = self._scratch(2 * max_lines)  # string session ids' spans
+        s_start, s_end = scratch[:max_lines], scratch[max_lines : 2 * max_lines]
+        i = r = nid = 0
+        while True:
+            status, i, r, nid, self.line, self.next_id, need = _parse_chunk(
+                buf, i, r, nid, self.line, ts, ins, outs, counts, lines, out_ids,
+                self.table, self.next_id, skeys, s_start, s_end,
+            )  # fmt: skip
+            if status != 2:
+                break
+            # Only dense enough ids get a direct table (it is 4 bytes per possible id).
+            if need > min(_MAX_ID, 8 * (self.block_ids.n + max_ids) + (1 << 20)):
+                return False  # sparse or huge ids: the exact loader sorts them
+            grown = np.zeros(max(2 * len(self.table), need + 1), dtype=np.int32)  # lazily 0
+            grown[: len(self.table)] = self.table
+            self.table = grown
+        if status != 0:
+            return False
+        if r and not self._session_keys(buf, skeys[:r], s_start, s_end):
+            return False
+        for c in self.columns.values():
             c.done(r)
-        ids = ids[:nid]
-        if nid:
-            hi = int(ids.max())
-            n_access += nid
-            if hi > min(_MAX_ID, 8 * n_access + (1 << 20)):
-                return None  # sparse or huge ids: the exact loader sorts them
-            if hi >= len(table):
-                grown = np.zeros(max(2 * len(table), hi + 1), dtype=np.int32)  # lazily zero
-                grown[: len(table)] = table
-                table = grown
-        next_id = _intern(ids, table, next_id, block_ids.room(nid))
-        block_ids.done(nid)
-        del ids, buf, data, ts, ins, outs, counts, lines
-    if columns["timestamps"].n == 0:
-        return None  # the exact loader names the problem (empty file, blank lines only)
-    del table
-    counts = columns.pop("counts").result()
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    del counts
-    fields: dict[str, Any] = {name: c.result() for name, c in columns.items()}
-    fields.update(offsets=offsets, block_ids=block_ids.result(), n_blocks=int(next_id))
-    return fields, known or sha.hexdigest()
+        self.block_ids.done(nid)
+        return True
+
+    def _session_keys(
+        self, buf: np.ndarray, keys: np.ndarray, s_start: np.ndarray, s_end: np.ndarray
+    ) -> bool:
+        """Number the piece's string session ids (bytes without escapes: equal strings have
+        equal bytes); False if one is not valid UTF-8 (the exact loader reports the line)."""
+        if not self.sessions and bool((keys != NO_SESSION).any()):
+            self.sessions = True
+        if not self.sessions:
+            return True
+        pending = np.flatnonzero(keys == _STRING_PENDING)
+        if not len(pending):
+            return True
+        strings = self.strings
+        raw = buf.tobytes()  # one copy of the piece: slicing bytes is cheaper than numpy views
+        spans = zip(s_start[pending].tolist(), s_end[pending].tolist(), strict=True)
+        texts = [raw[a:b] for a, b in spans]
+        if raw.isascii():  # no string to check; new ones numbered in order of first appearance
+            add = strings.setdefault
+            numbers = [add(text, len(strings)) for text in texts]
+        else:
+            numbers = []
+            for text in texts:
+                number = strings.get(text)
+                if number is None:
+                    try:
+                        text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        return False
+                    number = strings[text] = len(strings)
+                numbers.append(number)
+        keys[pending] = STRING_BASE + np.array(numbers, dtype=np.int64)
+        return True
+
+    def result(self) -> dict[str, Any] | None:
+        columns = self.columns
+        if columns["timestamps"].n == 0:
+            return None  # the exact loader names the problem (empty file, blank lines only)
+        self.table, self.scratch = np.empty(0, np.int32), np.empty(0, np.int64)  # freed now
+        counts = columns.pop("counts").result()
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        del counts
+        keys = columns.pop("session_keys").result()
+        sessions = _dense_sessions(keys) if self.sessions else None
+        if sessions is _TOO_MANY:
+            return None
+        fields: dict[str, Any] = {name: c.result() for name, c in columns.items()}
+        fields.update(
+            offsets=offsets,
+            block_ids=self.block_ids.result(),
+            n_blocks=int(self.next_id),
+            session_ids=sessions,
+        )
+        return fields
+
+
+_TOO_MANY = np.empty(0, np.int64)
+
+
+def _dense_sessions(keys: np.ndarray) -> np.ndarray:
+    """Session keys to dense ids ``0, 1, ...`` in order of first appearance, -1 for none (as
+    :func:`prefixsim.formats.sessions.dense_session_ids` numbers them)."""
+    from .mooncake import _dense_ids
+
+    has = keys != NO_SESSION
+    if int(np.count_nonzero(has)) >= 2**31:
+        return _TOO_MANY  # dense ids are int32 there
+    dense, _ = _dense_ids(keys[has])
+    out = np.full(len(keys), -1, np.int64)
+    out[has] = dense
+    return out
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 of the file's raw bytes, read in chunks."""
+    """sha256 of the file's raw bytes, read in chunks into one buffer (no allocation per chunk:
+    on a thread, freed chunks would linger in that thread's malloc arena)."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
-        while piece := f.read(CHUNK):
-            h.update(piece)
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    with path.open("rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
+
+
+class _Sha256Thread:
+    """:func:`file_sha256` on another thread (hashlib releases the GIL on large updates, the
+    parse kernel runs without it), so that it overlaps the parse; :meth:`get` waits for it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.digest: str | None = None
+        self.thread = threading.Thread(target=self._run, name="prefixsim-sha256", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.digest = file_sha256(self.path)
+        except OSError:
+            self.digest = None
+
+    def get(self) -> str | None:
+        self.thread.join()
+        return self.digest
 
 
 def try_load(path: Path, given: str, use_cache: bool) -> Any:
     """The :class:`~prefixsim.trace.Trace` of a large ordinary Mooncake file, or None when the
-    ordinary loader must run (small or unusual file, another format, anything to report)."""
+    ordinary loader must run (small or unusual file, another format, anything to report).
+
+    With the cache, the file's sha256 (the cache key; a plain file's content hash too) comes
+    first, and the parser (numba's first use in a process takes about a second) is loaded only
+    on a miss: a process that finds the trace cached and replays elsewhere (a sweep's parent)
+    never loads it. Without the cache, the sha256 runs on another thread while the file is
+    parsed."""
     from .. import _trace_cache
     from ..errors import TraceError
     from ..trace import Trace
@@ -402,18 +396,23 @@ def try_load(path: Path, given: str, use_cache: bool) -> Any:
             head = f.read(1 << 20)
         if detect_format(head, given) != "mooncake":
             return None
-        key = file_sha256(path) if use_cache else None
     except (OSError, TraceError):
         return None
-    if key is not None:
+    hasher = _Sha256Thread(path)
+    key = None
+    if use_cache:
+        key = hasher.get()
+        if key is None:
+            return None
         cached = _trace_cache.load(key)
         if cached is not None:
             return Trace(name=given, **cached)
-    parsed = parse(path, key)
-    if parsed is None:
+    parsed = _parse_file(path, content_sha=head[:2] == b"\x1f\x8b", raw_sha256=None)
+    raw = hasher.get()
+    if parsed is None or raw is None:
         return None
     fields, sha = parsed
-    trace = Trace(name=given, sha256=sha, **fields)
+    trace = Trace(name=given, sha256=sha or raw, **fields)
     if key is not None:
         _trace_cache.store(key, trace)
     return trace

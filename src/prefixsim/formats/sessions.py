@@ -15,12 +15,14 @@ import numpy as np
 from ..errors import TraceError
 
 SESSION_KEY = b'"session_id"'
-"""Files containing these bytes take the exact line-by-line parsers, which read session ids."""
+"""Files containing these bytes skip the pyarrow paths (a string-or-integer column): Mooncake
+files take the compiled strict parser (:mod:`.mooncake_stream`), then the exact one; token and
+chat files the exact line-by-line parsers."""
 
 
 def check_session_id(obj: dict[str, Any], display: str, line: int) -> tuple[str, Any] | None:
     """The request's session as a key that tells strings from integers, or None."""
-    from ..trace import _describe
+    from .jsonl import _describe
 
     if "session_id" in getattr(obj, "duplicates", frozenset()):
         raise TraceError(

@@ -76,49 +76,21 @@ def parse_tokens(body: bytes, display: str) -> TokenTable:
 
 
 def _parse_fast(body: bytes) -> TokenTable | None:
-    """pyarrow, screened as :func:`prefixsim.trace._parse_fast` is; None if the exact parser
-    must decide (anything unusual, including every error)."""
-    from ..trace import _as_numpy, _non_blank_lines, _one_object_per_line
+    """pyarrow (:func:`.jsonl.read_json_screened`, as the Mooncake reader uses it); None if the
+    exact parser must decide (anything unusual, including every error)."""
+    from .jsonl import _as_numpy, read_json_screened
 
     if SESSION_KEY in body:
         return None  # session ids: the exact parser reads them
-    if not body.isascii():
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if (b"N" in body or b"I" in body) and (b"NaN" in body or b"Inf" in body):
-        return None
-    lines = _non_blank_lines(body)
-    if len(lines.numbers) == 0 or not _one_object_per_line(body, lines):
-        return None
-    line_numbers, longest = lines.numbers, lines.longest
-
-    import pyarrow as pa
-    import pyarrow.json as pa_json
-
-    schema = pa.schema(
-        [
-            ("timestamp", pa.float64()),
-            ("token_ids", pa.list_(pa.int64())),
-            ("output_length", pa.int64()),
-        ]
+    names = ("timestamp", "token_ids", "output_length")
+    read = read_json_screened(
+        body, list(zip(names, ("float64", "list<int64>", "int64"), strict=True))
     )
-    try:
-        table = pa_json.read_json(
-            pa.BufferReader(body),
-            read_options=pa_json.ReadOptions(
-                use_threads=False, block_size=max(1 << 20, longest + 2)
-            ),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            ),
-        )
-    except pa.ArrowException:
+    if read is None:
         return None
-    if table.num_rows != len(line_numbers):
-        return None
-    ts_col, ids_col, out_col = (table.column(n).combine_chunks() for n in schema.names)
+    table, lines = read
+    line_numbers = lines.numbers
+    ts_col, ids_col, out_col = (table.column(n).combine_chunks() for n in names)
     if ts_col.null_count or ids_col.null_count or ids_col.values.null_count:
         return None
     timestamps = _as_numpy(ts_col, np.float64)
@@ -149,7 +121,7 @@ def _parse_fast(body: bytes) -> TokenTable | None:
 
 def _parse_slow(body: bytes, display: str) -> TokenTable:
     """Exact reference parser (stdlib json): the first invalid line raises :class:`TraceError`."""
-    from ..trace import _decode_line
+    from .jsonl import _decode_line
 
     timestamps: list[float] = []
     outputs: list[int] = []
@@ -183,7 +155,7 @@ def _parse_slow(body: bytes, display: str) -> TokenTable:
 
 
 def check_timestamp(obj: dict[str, Any], display: str, line: int) -> float:
-    from ..trace import _describe
+    from .jsonl import _describe
 
     ts = obj["timestamp"]
     expected = TOKEN_FIELDS["timestamp"]
@@ -204,7 +176,7 @@ def check_timestamp(obj: dict[str, Any], display: str, line: int) -> float:
 
 
 def check_output_length(obj: dict[str, Any], display: str, line: int) -> int:
-    from ..trace import _describe
+    from .jsonl import _describe
 
     value = obj.get("output_length")
     if value is None:
@@ -223,7 +195,7 @@ def check_fields(
     obj: Any, required: tuple[str, ...], fields: dict[str, str], display: str, line: int
 ) -> None:
     """``obj`` is an object with every ``required`` key, each given once."""
-    from ..trace import _describe
+    from .jsonl import _describe
 
     expected = ", ".join(f"{k} ({v})" for k, v in fields.items())
     if not isinstance(obj, dict):
@@ -243,7 +215,7 @@ def check_fields(
 
 def check_token_request(obj: Any, display: str, line: int) -> tuple[float, list[int], int]:
     """``(timestamp, token_ids, output_length)`` of one decoded line, checked."""
-    from ..trace import _describe
+    from .jsonl import _describe
 
     check_fields(obj, ("timestamp", "token_ids"), TOKEN_FIELDS, display, line)
     ts = check_timestamp(obj, display, line)
