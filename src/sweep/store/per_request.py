@@ -1,0 +1,222 @@
+"""``per_request.parquet``: the previous file's rows merged with the new points' rows, in
+point_id order, one row group at a time (memory stays bounded), cut into row groups of a fixed
+size so that the file's bytes depend on its rows only (an interrupted run resumed writes the
+same file as an uninterrupted one)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..costing import PER_REQUEST_COST_COLUMNS
+from .files import PARQUET_COMPRESSION, StoreError, atomic_parquet, conform, read_parquet
+from .schemas import PART_LIST_COLUMNS, PER_REQUEST_SCHEMA, part_list_name
+from .tables import load_prompt_tokens
+
+
+def has_rows_of(path: Path, point_ids: np.ndarray) -> bool:
+    """Whether the per_request.parquet at ``path`` has rows of any of ``point_ids``."""
+    if not len(point_ids) or not path.exists():
+        return False
+    ids = read_parquet(path, columns=["point_id"]).column("point_id").to_numpy()
+    return bool(np.isin(point_ids, ids).any())
+
+
+def write_per_request(
+    path: Path,
+    requests: Path,
+    tables: list[pa.Table],
+    replaced_ids: np.ndarray,
+    row_group: int,
+) -> None:
+    """Merge the old per-request rows at ``path`` (minus the points ``replaced_ids``) with the
+    rows of the new points (``tables``: part rows with hit tokens; prompt tokens from
+    ``requests``), in point_id order, in row groups of ``row_group`` rows."""
+    old = _OldPerRequest(path, exclude=replaced_ids)
+    segments = _segments(tables, old.point_ids())
+    prompts: dict[str, np.ndarray] = {}
+
+    def prompt_tokens(sha: str) -> np.ndarray:
+        if sha not in prompts:
+            prompts[sha] = load_prompt_tokens(requests, sha)
+        return prompts[sha]
+
+    def write(f: Any) -> None:
+        with pq.ParquetWriter(
+            f,
+            PER_REQUEST_SCHEMA,
+            compression=PARQUET_COMPRESSION,
+            # point_id, prompt_tokens and hit_tokens repeat (a few distinct values per row
+            # group: dictionaries pay); request counts 0, 1, 2, ... (deltas pay). Measured on
+            # the 1,008-point grid (12M rows): 1.8x faster to write and 2.5x to read than
+            # plain request and hit_tokens, and half the size (23 MB against 42 MB).
+            use_dictionary=["point_id", "prompt_tokens", "hit_tokens"],
+            column_encoding={"request": "DELTA_BINARY_PACKED"},
+            write_statistics=["point_id"],  # for filters on point_id; nothing else is
+        ) as w:
+            chunks = _merge_sorted(old, segments, prompt_tokens)
+            for group in _row_groups(chunks, row_group):
+                w.write_table(group, row_group_size=group.num_rows)
+
+    atomic_parquet(path, write)
+
+
+@dataclass
+class _Segment:
+    """New points whose per-request rows are contiguous: consecutive rows of one part, one
+    trace, with no old point between their ids."""
+
+    first_id: int
+    table: pa.Table  # part rows (point_id, trace_sha256, hit_tokens)
+
+    def rows(self, prompt_tokens: Callable[[str], np.ndarray]) -> pa.Table:
+        ids = self.table.column("point_id").to_numpy()
+        hits = self.table.column("hit_tokens").combine_chunks()
+        lengths = pc.list_value_length(hits).to_numpy()
+        sha = self.table.column("trace_sha256")[0].as_py()
+        prompt = prompt_tokens(sha)
+        if not (lengths == len(prompt)).all():
+            raise StoreError(f"prompt tokens of trace {sha[:12]} do not match the part files")
+        k, n = len(ids), len(prompt)
+        return pa.Table.from_arrays(
+            [
+                pa.array(np.repeat(ids, n)),
+                pa.array(np.tile(np.arange(n, dtype=np.int32), k)),
+                pa.array(np.tile(prompt, k)),
+                hits.flatten(),
+                *(
+                    _flat_or_null(self.table, part_list_name(c), n)
+                    for c in PER_REQUEST_COST_COLUMNS
+                ),
+            ],
+            schema=PER_REQUEST_SCHEMA,
+        )
+
+
+def _flat_or_null(table: pa.Table, name: str, n: int) -> pa.Array:
+    """The per-request values of list column ``name`` (``n`` per row), nulls where a row has
+    none (a part written before the column existed, or a point without a model)."""
+    if name not in table.column_names:
+        return pa.nulls(table.num_rows * n, pa.float64())
+    column = table.column(name).combine_chunks()
+    if column.null_count == 0:
+        return column.flatten()
+    if column.null_count == len(column):
+        return pa.nulls(len(column) * n, pa.float64())
+    pieces = [
+        column[i].values if column[i].is_valid else pa.nulls(n, pa.float64())
+        for i in range(len(column))
+    ]
+    return pa.concat_arrays(pieces)
+
+
+def _segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
+    """The new points' rows cut into :class:`_Segment` s, sorted by first point id.
+
+    The parts' rows are pooled and sorted first: a part's ids need not be consecutive (an LRU
+    curve batch holds every LRU point of a trace), so cutting each part on its own could give
+    overlapping segments and rows out of point_id order."""
+    if not tables:
+        return []
+    table = pa.concat_tables(
+        [
+            t.select(
+                ["point_id", "trace_sha256", *(c for c in PART_LIST_COLUMNS if c in t.column_names)]
+            )
+            for t in tables
+        ]
+    ).sort_by("point_id")
+    ids = table.column("point_id").to_numpy()
+    shas = table.column("trace_sha256").to_numpy(zero_copy_only=False)
+    slot = np.searchsorted(old_ids, ids)  # which gap between old ids each point falls in
+    cut = np.flatnonzero((slot[1:] != slot[:-1]) | (shas[1:] != shas[:-1])) + 1
+    bounds = [0, *cut.tolist(), len(ids)]
+    return [_Segment(int(ids[a]), table.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
+
+
+class _OldPerRequest:
+    """The previous ``per_request.parquet`` (sorted by point_id), read one row group at a time,
+    without the points in ``exclude``."""
+
+    def __init__(self, path: Path, exclude: np.ndarray) -> None:
+        self.file: pq.ParquetFile | None = None
+        self.exclude = exclude
+        if path.exists():
+            try:
+                self.file = pq.ParquetFile(path)
+            except (OSError, pa.ArrowException) as err:
+                raise StoreError(f"{path}: unreadable ({err})") from None
+
+    def point_ids(self) -> np.ndarray:
+        """Sorted distinct point ids kept from the old file."""
+        if self.file is None:
+            return np.zeros(0, np.int64)
+        ids = np.unique(self.file.read(columns=["point_id"]).column("point_id").to_numpy())
+        return ids[~np.isin(ids, self.exclude)] if len(self.exclude) else ids
+
+    def row_groups(self) -> Iterator[tuple[np.ndarray, pa.Table]]:
+        """(point_id column, table) per row group, excluded points removed."""
+        if self.file is None:
+            return
+        for i in range(self.file.num_row_groups):
+            table = conform(self.file.read_row_group(i), PER_REQUEST_SCHEMA)
+            ids = table.column("point_id").to_numpy()
+            if len(self.exclude):
+                keep = ~np.isin(ids, self.exclude)
+                if not keep.all():
+                    table = table.filter(pa.array(keep))
+                    ids = ids[keep]
+            if table.num_rows:
+                yield ids, table
+
+
+def _row_groups(chunks: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
+    """``chunks`` re-cut into tables of exactly ``size`` rows (the last one shorter), each in one
+    contiguous chunk. The file's bytes then depend on its rows only, not on how they arrived
+    (old row groups, new parts, an interrupted run resumed): the same rows, the same file."""
+    buffer: list[pa.Table] = []
+    n_buffered = 0
+    for chunk in chunks:
+        buffer.append(chunk)
+        n_buffered += chunk.num_rows
+        while n_buffered >= size:
+            table = pa.concat_tables(buffer)
+            yield table.slice(0, size).combine_chunks()
+            rest = table.slice(size)
+            buffer, n_buffered = ([rest] if rest.num_rows else []), rest.num_rows
+    if n_buffered:
+        yield pa.concat_tables(buffer).combine_chunks()
+
+
+def _merge_sorted(
+    old: _OldPerRequest,
+    segments: list[_Segment],
+    prompt_tokens: Callable[[str], np.ndarray],
+) -> Iterator[pa.Table]:
+    """Old rows and new segments' rows, in point_id order (ids are disjoint, and no old id
+    falls inside a segment)."""
+    j = 0
+    for ids, table in old.row_groups():
+        start = 0
+        while start < len(ids):
+            while j < len(segments) and segments[j].first_id < ids[start]:
+                yield segments[j].rows(prompt_tokens)
+                j += 1
+            if j < len(segments):
+                stop = int(np.searchsorted(ids, segments[j].first_id, side="left"))
+            else:
+                stop = len(ids)
+            stop = max(stop, start + 1)
+            yield table.slice(start, stop - start)
+            start = stop
+    while j < len(segments):
+        yield segments[j].rows(prompt_tokens)
+        j += 1
