@@ -4,7 +4,7 @@ Layout of a run directory::
 
     config.yaml             the resolved configuration of the latest run
     results.parquet         one row per point (RESULT_SCHEMA), sorted by point_id
-    per_request.parquet     one row per point and request (PER_REQUEST_SCHEMA), sorted
+    per_request.parquet     one row per point and request (per_request_schema), sorted
     manifest.json           versions, traces, git commit, timings, failures, run history
     traces.parquet          one row per trace and block size (TRACES_SCHEMA): totals and the
                             infinite-cache ceiling, for the figures
@@ -64,6 +64,7 @@ from .schemas import (
     NULLABLE_INT_COLUMNS,
     PART_LIST_COLUMNS,
     PART_SCHEMA,
+    PER_REQUEST_COST_FIELDS,
     PER_REQUEST_FILE,
     PER_REQUEST_SCHEMA,
     REQUESTS_FILE,
@@ -75,6 +76,7 @@ from .schemas import (
     TRACES_FILE,
     TRACES_SCHEMA,
     part_list_name,
+    per_request_schema,
 )
 from .tables import load_prompt_tokens, save_trace_tables
 
@@ -88,6 +90,7 @@ __all__ = [
     "PARQUET_COMPRESSION",
     "PART_LIST_COLUMNS",
     "PART_SCHEMA",
+    "PER_REQUEST_COST_FIELDS",
     "PER_REQUEST_FILE",
     "PER_REQUEST_ROW_GROUP",
     "PER_REQUEST_SCHEMA",
@@ -106,6 +109,7 @@ __all__ = [
     "atomic_write_text",
     "describe_os_error",
     "part_list_name",
+    "per_request_schema",
 ]
 
 PER_REQUEST_ROW_GROUP = 1 << 20

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ..costing import PER_REQUEST_COST_COLUMNS
 from .files import PARQUET_COMPRESSION, StoreError, atomic_parquet, conform, read_parquet
-from .schemas import PART_LIST_COLUMNS, PER_REQUEST_SCHEMA, part_list_name
+from .schemas import PART_LIST_COLUMNS, PER_REQUEST_COST_FIELDS, part_list_name, per_request_schema
 from .tables import load_prompt_tokens
 
 
@@ -39,8 +39,10 @@ def write_per_request(
 ) -> None:
     """Merge the old per-request rows at ``path`` (minus the points ``replaced_ids``) with the
     rows of the new points (``tables``: part rows with hit tokens; prompt tokens from
-    ``requests``), in point_id order, in row groups of ``row_group`` rows."""
+    ``requests``), in point_id order, in row groups of ``row_group`` rows. The cost columns
+    are written when the old file has them or a new point has a model."""
     old = _OldPerRequest(path, exclude=replaced_ids)
+    schema = per_request_schema(old.has_cost() or any(map(_has_cost, tables)))
     segments = _segments(tables, old.point_ids())
     prompts: dict[str, np.ndarray] = {}
 
@@ -52,7 +54,7 @@ def write_per_request(
     def write(f: Any) -> None:
         with pq.ParquetWriter(
             f,
-            PER_REQUEST_SCHEMA,
+            schema,
             compression=PARQUET_COMPRESSION,
             # point_id, prompt_tokens and hit_tokens repeat (a few distinct values per row
             # group: dictionaries pay); request counts 0, 1, 2, ... (deltas pay). Measured on
@@ -62,11 +64,19 @@ def write_per_request(
             column_encoding={"request": "DELTA_BINARY_PACKED"},
             write_statistics=["point_id"],  # for filters on point_id; nothing else is
         ) as w:
-            chunks = _merge_sorted(old, segments, prompt_tokens)
+            chunks = _merge_sorted(old.row_groups(schema), segments, prompt_tokens, schema)
             for group in _row_groups(chunks, row_group):
                 w.write_table(group, row_group_size=group.num_rows)
 
     atomic_parquet(path, write)
+
+
+def _has_cost(table: pa.Table) -> bool:
+    """Whether any row of part rows ``table`` has per-request cost values (a model)."""
+    names = (part_list_name(c) for c in PER_REQUEST_COST_COLUMNS)
+    return any(
+        n in table.column_names and table.column(n).null_count < table.num_rows for n in names
+    )
 
 
 @dataclass
@@ -77,7 +87,8 @@ class _Segment:
     first_id: int
     table: pa.Table  # part rows (point_id, trace_sha256, hit_tokens)
 
-    def rows(self, prompt_tokens: Callable[[str], np.ndarray]) -> pa.Table:
+    def rows(self, prompt_tokens: Callable[[str], np.ndarray], schema: pa.Schema) -> pa.Table:
+        """The segment's per-request rows with ``schema``'s columns."""
         ids = self.table.column("point_id").to_numpy()
         hits = self.table.column("hit_tokens").combine_chunks()
         lengths = pc.list_value_length(hits).to_numpy()
@@ -86,18 +97,20 @@ class _Segment:
         if not (lengths == len(prompt)).all():
             raise StoreError(f"prompt tokens of trace {sha[:12]} do not match the part files")
         k, n = len(ids), len(prompt)
+        costs = [
+            _flat_or_null(self.table, part_list_name(f.name), n)
+            for f in schema
+            if f.name in PER_REQUEST_COST_COLUMNS
+        ]
         return pa.Table.from_arrays(
             [
                 pa.array(np.repeat(ids, n)),
                 pa.array(np.tile(np.arange(n, dtype=np.int32), k)),
                 pa.array(np.tile(prompt, k)),
                 hits.flatten(),
-                *(
-                    _flat_or_null(self.table, part_list_name(c), n)
-                    for c in PER_REQUEST_COST_COLUMNS
-                ),
+                *costs,
             ],
-            schema=PER_REQUEST_SCHEMA,
+            schema=schema,
         )
 
 
@@ -126,14 +139,13 @@ def _segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
     overlapping segments and rows out of point_id order."""
     if not tables:
         return []
-    table = pa.concat_tables(
-        [
-            t.select(
-                ["point_id", "trace_sha256", *(c for c in PART_LIST_COLUMNS if c in t.column_names)]
-            )
-            for t in tables
-        ]
-    ).sort_by("point_id")
+    # Parts of consecutive ids (most batches) pooled in the order of their first ids are
+    # sorted already: the sort (a copy of every hit token) is then left out.
+    tables = sorted(tables, key=lambda t: t.column("point_id")[0].as_py())
+    keep = ["point_id", "trace_sha256", *PART_LIST_COLUMNS]
+    table = pa.concat_tables([t.select([c for c in keep if c in t.column_names]) for t in tables])
+    if (np.diff(table.column("point_id").to_numpy()) < 0).any():
+        table = table.sort_by("point_id")
     ids = table.column("point_id").to_numpy()
     shas = table.column("trace_sha256").to_numpy(zero_copy_only=False)
     slot = np.searchsorted(old_ids, ids)  # which gap between old ids each point falls in
@@ -162,12 +174,17 @@ class _OldPerRequest:
         ids = np.unique(self.file.read(columns=["point_id"]).column("point_id").to_numpy())
         return ids[~np.isin(ids, self.exclude)] if len(self.exclude) else ids
 
-    def row_groups(self) -> Iterator[tuple[np.ndarray, pa.Table]]:
-        """(point_id column, table) per row group, excluded points removed."""
+    def has_cost(self) -> bool:
+        """Whether the old file has the cost columns."""
+        names = set(self.file.schema_arrow.names) if self.file is not None else set()
+        return any(f.name in names for f in PER_REQUEST_COST_FIELDS)
+
+    def row_groups(self, schema: pa.Schema) -> Iterator[tuple[np.ndarray, pa.Table]]:
+        """(point_id column, table with ``schema``) per row group, excluded points removed."""
         if self.file is None:
             return
         for i in range(self.file.num_row_groups):
-            table = conform(self.file.read_row_group(i), PER_REQUEST_SCHEMA)
+            table = conform(self.file.read_row_group(i), schema)
             ids = table.column("point_id").to_numpy()
             if len(self.exclude):
                 keep = ~np.isin(ids, self.exclude)
@@ -197,18 +214,19 @@ def _row_groups(chunks: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
 
 
 def _merge_sorted(
-    old: _OldPerRequest,
+    old: Iterator[tuple[np.ndarray, pa.Table]],
     segments: list[_Segment],
     prompt_tokens: Callable[[str], np.ndarray],
+    schema: pa.Schema,
 ) -> Iterator[pa.Table]:
-    """Old rows and new segments' rows, in point_id order (ids are disjoint, and no old id
-    falls inside a segment)."""
+    """Old rows (``old``: the old file's row groups) and new segments' rows, in point_id order
+    (ids are disjoint, and no old id falls inside a segment), with ``schema``."""
     j = 0
-    for ids, table in old.row_groups():
+    for ids, table in old:
         start = 0
         while start < len(ids):
             while j < len(segments) and segments[j].first_id < ids[start]:
-                yield segments[j].rows(prompt_tokens)
+                yield segments[j].rows(prompt_tokens, schema)
                 j += 1
             if j < len(segments):
                 stop = int(np.searchsorted(ids, segments[j].first_id, side="left"))
@@ -218,5 +236,5 @@ def _merge_sorted(
             yield table.slice(start, stop - start)
             start = stop
     while j < len(segments):
-        yield segments[j].rows(prompt_tokens)
+        yield segments[j].rows(prompt_tokens, schema)
         j += 1

@@ -84,11 +84,27 @@ PER_REQUEST_SCHEMA = pa.schema(
         pa.field("request", pa.int32(), nullable=False),
         pa.field("prompt_tokens", pa.int64(), nullable=False),
         pa.field("hit_tokens", pa.int64(), nullable=False),
-        *(pa.field(c, pa.float64()) for c in PER_REQUEST_COST_COLUMNS),
     ]
 )
-"""Columns of ``per_request.parquet``, in order (sorted by point_id, then request); the cost
-columns are null for points without a model (``est_`` ones also without hardware)."""
+"""Columns of ``per_request.parquet``, in order (sorted by point_id, then request), when no
+point in it has a model; otherwise :data:`PER_REQUEST_COST_FIELDS` follow
+(:func:`per_request_schema`)."""
+
+PER_REQUEST_COST_FIELDS: tuple[pa.Field, ...] = tuple(
+    pa.field(c, pa.float64()) for c in PER_REQUEST_COST_COLUMNS
+)
+"""The cost model's per-request columns: in ``per_request.parquet`` only when some point
+written to the run directory had a model (null for the points without one; ``est_`` ones
+also without hardware). Without a model they would be 2 x 8 bytes of nulls per row, written
+and read for nothing."""
+
+
+def per_request_schema(with_cost: bool) -> pa.Schema:
+    """The schema of ``per_request.parquet``, with the cost columns or without."""
+    if not with_cost:
+        return PER_REQUEST_SCHEMA
+    return pa.schema([*PER_REQUEST_SCHEMA, *PER_REQUEST_COST_FIELDS])
+
 
 TRACES_SCHEMA = pa.schema(
     [
