@@ -95,8 +95,9 @@ def read_part(path: Path) -> pa.Table:
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with ``schema``'s columns in order (a column it lacks is all null)."""
     cols = []
+    names = set(table.column_names)  # a new list at every access: once, not per field
     for f in schema:
-        if f.name in table.column_names:
+        if f.name in names:
             cols.append(table.column(f.name).cast(f.type))
         else:
             cols.append(pa.nulls(table.num_rows, f.type))
