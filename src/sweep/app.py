@@ -200,6 +200,8 @@ class _Run:
     setup: CostSetup | None = None
     todo: list[Point] = field(default_factory=list)
     """The points this run computes (not yet in the run directory)."""
+    stream_per_request: bool = False
+    """Write per_request.parquet as the points finish (``sweep.store.stream``)."""
     summary: SweepSummary = field(init=False)
     history: list[dict[str, Any]] = field(default_factory=list)
     """The manifest's earlier runs."""
@@ -266,6 +268,8 @@ def _plan_points(run: _Run, grid_points: Sequence[Any], shas: dict[Any, str]) ->
         if p.key not in existing.done
         or (run.cfg.save_per_request and p.key not in existing.with_per_request)
     ]
+    # no per-request rows or parts here yet: this run's rows can be written as they finish
+    run.stream_per_request = run.cfg.save_per_request and run.run_dir.can_stream_per_request()
     run.summary = SweepSummary(
         out_dir=run.run_dir.path,
         planned=len(points),
@@ -402,6 +406,8 @@ def _execute_plan(run: _Run, on_batch: Callable[[Batch, list[Outcome]], None]) -
             client = stack.enter_context(dask_client(ex))
             timings["cluster_start_seconds"] = time.perf_counter() - t
         workers = effective_workers(ex, client)
+        if run.stream_per_request:
+            _start_stream(run)
         t_warm = time.perf_counter()
         cost = warm_up(run.traces, run.todo)
         timings["warm_up_seconds"] = time.perf_counter() - t_warm
@@ -434,6 +440,16 @@ def _execute_plan(run: _Run, on_batch: Callable[[Batch, list[Outcome]], None]) -
                     release_loky_workers()
 
 
+def _start_stream(run: _Run) -> None:
+    """Write per_request.parquet as the points finish (``sweep.store.stream``); when its
+    temporary file cannot be created, the final merge writes the file as before."""
+    try:
+        ids = [p.point_id for p in run.todo]
+        run.run_dir.start_per_request_stream(ids, with_cost=run.setup is not None)
+    except OSError as err:
+        log.debug("per-request rows left to the final merge: %s", describe_os_error(err))
+
+
 def _on_batch(run: _Run, bar: Any, batch: Batch, outcomes: list[Outcome]) -> None:
     """A finished batch: its failures go to the summary, its successes to a part file (a
     failed write raises :class:`_WriteFailed`: no later batch can be kept)."""
@@ -445,11 +461,13 @@ def _on_batch(run: _Run, bar: Any, batch: Batch, outcomes: list[Outcome]) -> Non
         timings["worker_start_seconds"] = max(0.0, first - sum(o.seconds for o in outcomes))
     by_id = {p.point_id: p for p in batch.points}
     ok = [o for o in outcomes if o.error is None]
+    failed = [o.point_id for o in outcomes if o.error is not None]
     for o in outcomes:
         if o.error is not None:
             failure = Failure(o.point_id, by_id[o.point_id].describe(), o.error)
             run.summary.failures.append(failure)
             log.error("point failed: %s: %s", failure.point, failure.error)
+    table = None
     if ok:
         table = part_table(by_id, ok, run.setup, run.traces, run.cfg.save_per_request)
         try:
@@ -458,6 +476,7 @@ def _on_batch(run: _Run, bar: Any, batch: Batch, outcomes: list[Outcome]) -> Non
             raise _WriteFailed(err) from err
         run.written.update(by_id[o.point_id].key for o in ok)
         run.summary.computed += len(ok)
+    run.run_dir.stream_part(table, failed)  # kept in a part file first: the record to resume
     run.replay_seconds += sum(o.seconds for o in ok)
     bar.update(len(outcomes))
 

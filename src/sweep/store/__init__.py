@@ -22,11 +22,14 @@ as soon as the batch finishes; ``results.parquet`` and ``per_request.parquet`` a
 the previous files plus the parts at the end of a run (also an interrupted one) and at the start
 of the next, after which the parts are deleted. A point counts as done when its row is in
 ``results.parquet`` or in a part (and, when per-request output is on, its per-request rows too).
+In a directory without per-request rows or parts yet, ``per_request.parquet`` is written while
+the points run (in ``.sweep/`` until complete, :mod:`.stream`), the same bytes as the merge's.
 
 The modules of this package each own one part of that: :mod:`.schemas` (file names and
 columns), :mod:`.files` (atomic writes, one-line errors), :mod:`.resume` (part files and what is
 already done), :mod:`.consolidate` and :mod:`.per_request` (the final Parquet files),
-:mod:`.tables` (the trace tables). :class:`RunDir` ties them to one directory.
+:mod:`.stream` (per-request rows as points finish), :mod:`.tables` (the trace tables).
+:class:`RunDir` ties them to one directory.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ from .schemas import (
     part_list_name,
     per_request_schema,
 )
+from .stream import PerRequestStream
 from .tables import load_prompt_tokens, save_trace_tables
 
 __all__ = [
@@ -126,6 +130,7 @@ class RunDir:
         self.parts = self.state / "parts"
         self._lock_file: IO[Any] | None = None
         self._part_files = PartFiles(self.parts)
+        self._stream: PerRequestStream | None = None
 
     # files
     @property
@@ -188,6 +193,7 @@ class RunDir:
                         tmp.unlink()
 
     def unlock(self) -> None:
+        self.discard_stream()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -231,13 +237,51 @@ class RunDir:
         """Write one finished batch (a table of :data:`PART_SCHEMA`) atomically."""
         return self._part_files.write(table)
 
+    def can_stream_per_request(self) -> bool:
+        """Whether ``per_request.parquet`` can be written as the points finish: no per-request
+        rows and no part files here yet (see :mod:`.stream`)."""
+        return not self.per_request.exists() and not self.part_files()
+
+    def start_per_request_stream(self, point_ids: Sequence[int], with_cost: bool) -> None:
+        """Write the per-request rows of ``point_ids`` as they finish (:meth:`stream_part`);
+        :meth:`consolidate` then moves the file into place. Only when
+        :meth:`can_stream_per_request`."""
+        self.discard_stream()
+        self._stream = PerRequestStream(
+            self.per_request,
+            self.requests,
+            point_ids,
+            with_cost,
+            PER_REQUEST_ROW_GROUP,
+            folder=self.state,
+        )
+
+    def stream_part(self, table: pa.Table | None, failed: Sequence[int] = ()) -> None:
+        """A finished batch's part rows (already in a part file) and failed point ids, for the
+        per-request stream, if one was started."""
+        if self._stream is not None:
+            self._stream.add(table, failed)
+
+    def discard_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.discard()
+            self._stream = None
+
     def consolidate(self) -> tuple[int, set[str]]:
         """Fold the part files into ``results.parquet`` and ``per_request.parquet`` (atomically,
-        sorted by point_id), then delete them (see :mod:`.consolidate`). Returns the rows of
+        sorted by point_id), then delete them (see :mod:`.consolidate`); a complete
+        per-request stream is the new ``per_request.parquet``. Returns the rows of
         ``results.parquet`` and the keys of the points folded in."""
+        streamed = self._stream is not None and self._stream.complete
+        if self._stream is not None and streamed:
+            self._stream.commit()
+            self._stream = None
+        self.discard_stream()  # an incomplete one: the merge writes the file
         parts = self.part_files()
         row_group = PER_REQUEST_ROW_GROUP
-        return consolidate(parts, self.results, self.per_request, self.requests, row_group)
+        return consolidate(
+            parts, self.results, self.per_request, self.requests, row_group, streamed
+        )
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Write ``manifest.json`` atomically; when that fails for want of space (the new file

@@ -20,11 +20,17 @@ from .schemas import RESULT_SCHEMA, results_metadata
 
 
 def consolidate(
-    parts: list[Path], results: Path, per_request: Path, requests: Path, row_group: int
+    parts: list[Path],
+    results: Path,
+    per_request: Path,
+    requests: Path,
+    row_group: int,
+    per_request_written: bool = False,
 ) -> tuple[int, set[str]]:
     """Fold ``parts`` (in write order) into ``results`` and ``per_request`` (prompt tokens from
     ``requests``; row groups of ``row_group`` rows), then delete them. Returns the rows of
-    ``results.parquet`` and the keys of the points folded in."""
+    ``results.parquet`` and the keys of the points folded in. ``per_request_written``: the
+    parts' per-request rows are in ``per_request`` already (streamed as they finished)."""
     if not parts:
         if results.exists():
             return pq.ParquetFile(results).metadata.num_rows, set()
@@ -47,11 +53,12 @@ def consolidate(
     new_results = pa.concat_tables([conform(t, RESULT_SCHEMA) for t in chosen])
     merged = _merged_results(results, new_results)
 
-    replaced_ids = new_results.column("point_id").to_numpy()
-    with_hits = [_rows_with_hits(t) for t in chosen]
-    with_hits = [t for t in with_hits if t.num_rows]
-    if with_hits or has_rows_of(per_request, replaced_ids):
-        write_per_request(per_request, requests, with_hits, replaced_ids, row_group)
+    if not per_request_written:
+        replaced_ids = new_results.column("point_id").to_numpy()
+        with_hits = [_rows_with_hits(t) for t in chosen]
+        with_hits = [t for t in with_hits if t.num_rows]
+        if with_hits or has_rows_of(per_request, replaced_ids):
+            write_per_request(per_request, requests, with_hits, replaced_ids, row_group)
     atomic_parquet(results, lambda f: pq.write_table(merged, f, compression=PARQUET_COMPRESSION))
     for p in parts:
         with contextlib.suppress(OSError):

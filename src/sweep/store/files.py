@@ -48,23 +48,54 @@ def _umask() -> int:
 _UMASK = _umask()
 
 
+class PendingFile:
+    """A temporary file beside ``path`` (``file``, open for writing) that becomes ``path`` on
+    :meth:`commit` (fsync, rename) or is removed on :meth:`discard`, leaving ``path`` as it
+    was. The temporary file is in ``folder`` (default: ``path``'s). For a file written over a
+    while (:class:`~sweep.store.stream.PerRequestStream`); :func:`atomic_file` is the same
+    within one ``with`` block."""
+
+    def __init__(self, path: Path, mode: str = "wb", folder: Path | None = None) -> None:
+        folder = folder or path.parent  # another folder must be on the same file system
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        self.path = path
+        try:
+            os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; final files: the usual mode
+            self.file: IO[Any] = os.fdopen(fd, mode)
+        except BaseException:
+            os.close(fd)
+            self.discard()
+            raise
+
+    def commit(self) -> None:
+        try:
+            with self.file as f:
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            self.file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
 @contextlib.contextmanager
 def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on success fsync it and rename it to ``path``; on
     any error (or interrupt) remove it, leaving ``path`` as it was."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    pending = PendingFile(path, mode)
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; final files get the usual mode
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        yield pending.file
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        pending.discard()
         raise
+    pending.commit()
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -54,14 +54,9 @@ def write_per_request(
     ``requests``), in point_id order, in row groups of ``row_group`` rows. The cost columns
     are written when the old file has them or a new point has a model."""
     old = _OldPerRequest(path, exclude=replaced_ids)
-    schema = per_request_schema(old.has_cost() or any(map(_has_cost, tables)))
-    segments = _segments(tables, old.point_ids())
-    prompts: dict[str, np.ndarray] = {}
-
-    def prompt_tokens(sha: str) -> np.ndarray:
-        if sha not in prompts:
-            prompts[sha] = load_prompt_tokens(requests, sha)
-        return prompts[sha]
+    schema = per_request_schema(old.has_cost() or any(map(has_cost, tables)))
+    segments = cut_segments(tables, old.point_ids())
+    prompt_tokens = PromptTokens(requests)
 
     def write(f: Any) -> None:
         with pq.ParquetWriter(f, schema, **PER_REQUEST_WRITE_OPTIONS) as w:
@@ -72,7 +67,20 @@ def write_per_request(
     atomic_parquet(path, write)
 
 
-def _has_cost(table: pa.Table) -> bool:
+class PromptTokens:
+    """sha256 -> the trace's prompt tokens from requests.parquet (``path``), each read once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, sha256: str) -> np.ndarray:
+        if sha256 not in self._cache:
+            self._cache[sha256] = load_prompt_tokens(self.path, sha256)
+        return self._cache[sha256]
+
+
+def has_cost(table: pa.Table) -> bool:
     """Whether any row of part rows ``table`` has per-request cost values (a model)."""
     names = (part_list_name(c) for c in PER_REQUEST_COST_COLUMNS)
     return any(
@@ -132,7 +140,7 @@ def _flat_or_null(table: pa.Table, name: str, n: int) -> pa.Array:
     return pa.concat_arrays(pieces)
 
 
-def _segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
+def cut_segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
     """The new points' rows cut into :class:`_Segment` s, sorted by first point id.
 
     The parts' rows are pooled and sorted first: a part's ids need not be consecutive (an LRU
@@ -196,22 +204,44 @@ class _OldPerRequest:
                 yield ids, table
 
 
+class RowGroupCutter:
+    """Tables pushed in, re-cut into tables of exactly ``size`` rows (the last one, from
+    :meth:`rest`, shorter), each in one contiguous chunk. The file's bytes then depend on its
+    rows only, not on how they arrived (old row groups, new parts, an interrupted run resumed,
+    points written as they finish): the same rows, the same file."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._buffer: list[pa.Table] = []
+        self._n = 0
+
+    def push(self, chunk: pa.Table) -> Iterator[pa.Table]:
+        """The full row groups that ``chunk`` completes."""
+        self._buffer.append(chunk)
+        self._n += chunk.num_rows
+        while self._n >= self.size:
+            table = pa.concat_tables(self._buffer)
+            yield table.slice(0, self.size).combine_chunks()
+            rest = table.slice(self.size)
+            self._buffer, self._n = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def rest(self) -> pa.Table | None:
+        """The last, shorter row group (None when the rows filled whole groups)."""
+        if not self._n:
+            return None
+        table = pa.concat_tables(self._buffer).combine_chunks()
+        self._buffer, self._n = [], 0
+        return table
+
+
 def _row_groups(chunks: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
-    """``chunks`` re-cut into tables of exactly ``size`` rows (the last one shorter), each in one
-    contiguous chunk. The file's bytes then depend on its rows only, not on how they arrived
-    (old row groups, new parts, an interrupted run resumed): the same rows, the same file."""
-    buffer: list[pa.Table] = []
-    n_buffered = 0
+    """``chunks`` re-cut into row groups of ``size`` rows (:class:`RowGroupCutter`)."""
+    cutter = RowGroupCutter(size)
     for chunk in chunks:
-        buffer.append(chunk)
-        n_buffered += chunk.num_rows
-        while n_buffered >= size:
-            table = pa.concat_tables(buffer)
-            yield table.slice(0, size).combine_chunks()
-            rest = table.slice(size)
-            buffer, n_buffered = ([rest] if rest.num_rows else []), rest.num_rows
-    if n_buffered:
-        yield pa.concat_tables(buffer).combine_chunks()
+        yield from cutter.push(chunk)
+    last = cutter.rest()
+    if last is not None:
+        yield last
 
 
 def _merge_sorted(
