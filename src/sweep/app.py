@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import prefixsim
@@ -35,45 +34,9 @@ from .parts import part_table
 from .run import Batch, Outcome, clear_local_traces, plan_batches, warm_up
 from .signals import file_log, signals_deferred, sigterm_as_interrupt
 from .store import LOG_FILE, RunDir, StoreError, atomic_write_text, describe_os_error
+from .summary import Failure, SweepSummary
 
 log = logging.getLogger("sweep")
-
-EXIT_OK, EXIT_FAILED_POINTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-@dataclass
-class Failure:
-    point_id: int
-    point: str
-    """The point's parameters, ``trace=... policy=... capacity=...``."""
-    error: str
-
-
-@dataclass
-class SweepSummary:
-    out_dir: Path
-    planned: int
-    """Points of this grid."""
-    skipped: int
-    """Points of this grid already in the run directory (not recomputed)."""
-    computed: int
-    failures: list[Failure] = field(default_factory=list)
-    interrupted: bool = False
-    rows: int = 0
-    """Rows of results.parquet (every point computed in the run directory so far)."""
-    error: str | None = None
-    """Why the sweep stopped early (a killed worker, a lost Dask cluster), if it did."""
-    seconds: float = 0.0
-
-    @property
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return EXIT_INTERRUPTED
-        return EXIT_FAILED_POINTS if self.failures or self.error else EXIT_OK
-
-    @property
-    def results_path(self) -> Path:
-        return self.out_dir / "results.parquet"
 
 
 def _now() -> str:
