@@ -202,7 +202,8 @@ def test_no_model_no_cost_and_per_request_off(tmp_path: Path, small_trace: Path)
     for col in ("cache_bytes", "kv_bytes_per_block", "prefill_flops", "est_prefill_seconds"):
         assert res[col].isna().all(), col
     per = pd.read_parquet(tmp_path / "a" / "per_request.parquet")
-    assert per.prefill_flops_saved.isna().all()
+    # without a model the cost columns are left out of per_request.parquet (not all null)
+    assert per.columns.tolist() == ["point_id", "request", "prompt_tokens", "hit_tokens"]
     # with a model but no per-request output: the totals are there all the same
     cfg = config(
         tmp_path / "b",
@@ -335,3 +336,38 @@ def test_capacity_null_clears_an_experiments_capacities() -> None:
     )
     assert cfg.capacity is None and cfg.cache_size == ["1GiB"]
     assert {p.params.capacity for p in plan_grid(cfg)} == {16}  # 1 GiB / 64 MiB
+
+
+def test_per_request_gains_the_cost_columns_when_a_model_joins(
+    tmp_path: Path, small_trace: Path
+) -> None:
+    # A run directory without a model has no cost columns in per_request.parquet; a later run
+    # with a model into the same directory adds them: null for the points without a model,
+    # values for the new ones. Derivation: the points of one model run have the columns
+    # computed from their own hits, the earlier capacity=64 point has none (null).
+    out = tmp_path / "out"
+    assert run_sweep(config(out, small_trace, policy=["LRU"], capacity=[64])).exit_code == 0
+    per = pd.read_parquet(out / "per_request.parquet")
+    assert "prefill_flops_saved" not in per.columns
+    cfg = config(
+        out,
+        small_trace,
+        policy=["LRU"],
+        cache_size=["1GiB"],  # 64 MiB blocks: 16 blocks
+        model=model_config("llama-3.1-8b"),
+        hardware=hardware_config("a100"),
+        cache_tier="dram_pcie",
+    )
+    assert run_sweep(cfg).exit_code == 0
+    per = pd.read_parquet(out / "per_request.parquet")
+    res = pd.read_parquet(out / "results.parquet").set_index("point_id")
+    assert per.columns.tolist()[4:] == ["prefill_flops_saved", "est_ttft_saved_seconds"]
+    assert sorted(per.point_id.unique()) == sorted(res.index)
+    for point_id, rows in per.groupby("point_id"):
+        if pd.isna(res.loc[point_id, "model"]):
+            assert rows.prefill_flops_saved.isna().all()
+            assert rows.est_ttft_saved_seconds.isna().all()
+        else:
+            total = res.loc[point_id, "prefill_flops_saved"]
+            assert rows.prefill_flops_saved.sum() == pytest.approx(total, rel=1e-12)
+            assert rows.est_ttft_saved_seconds.notna().all()

@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ import pytest
 
 import prefixsim
 import sweep.store
-from sweep import ExecutorConfig, SweepConfig, run_sweep
+from sweep import Backend, ExecutorConfig, SweepConfig, run_sweep
 from sweep.store import TIMING_COLUMNS, RunDir
 
 # Four LRU points per block size make one LRU-curve batch each (automatic batching), and with
@@ -100,3 +102,52 @@ def test_interrupted_and_resumed_files_are_byte_identical(
         want.drop_columns(list(TIMING_COLUMNS)), check_metadata=True
     )
     assert pq.ParquetFile(out / "results.parquet").metadata.num_row_groups == 1
+
+
+@pytest.mark.parametrize(
+    ("executor", "failing"),
+    [
+        (ExecutorConfig(n_jobs=1), False),
+        (ExecutorConfig(n_jobs=2, batch_size=1, backend=Backend.threading), False),
+        (ExecutorConfig(n_jobs=2, batch_size=3, backend=Backend.threading), True),
+    ],
+)
+def test_per_request_rows_streamed_as_points_finish_are_the_merged_file(
+    tmp_path: Path,
+    small_trace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    executor: ExecutorConfig,
+    failing: bool,
+) -> None:
+    # A new run directory gets per_request.parquet written as the points finish (in any order,
+    # the LRU curve batches' ids interleaved, a failed point among them), not merged from the
+    # part files at the end; the file must be the very bytes the merge writes.
+    monkeypatch.setattr(sweep.store, "PER_REQUEST_ROW_GROUP", 1000)  # several row groups
+    if failing:
+        real = prefixsim.replay_params
+
+        def flaky(trace, params, block_size, **kw):  # type: ignore[no-untyped-def]
+            if params.policy == "S3FIFO" and params.capacity == 64 and block_size == 512:
+                raise MemoryError("simulated")
+            return real(trace, params, block_size, **kw)
+
+        monkeypatch.setattr(prefixsim, "replay_params", flaky)
+    cfg = dataclasses.replace(_config(tmp_path / "merged", small_trace, None), executor=executor)
+    can_stream = RunDir.can_stream_per_request
+    monkeypatch.setattr(RunDir, "can_stream_per_request", lambda self: False)
+    merged = run_sweep(cfg)
+    monkeypatch.setattr(RunDir, "can_stream_per_request", can_stream)
+
+    def not_at_the_end(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("per_request.parquet merged at the end, not streamed")
+
+    consolidate = importlib.import_module("sweep.store.consolidate")
+    monkeypatch.setattr(consolidate, "write_per_request", not_at_the_end)
+    streamed = run_sweep(dataclasses.replace(cfg, out_dir=str(tmp_path / "streamed")))
+
+    assert len(merged.failures) == len(streamed.failures) == (1 if failing else 0)
+    _assert_sorted(tmp_path / "streamed")
+    got, want = (tmp_path / d / "per_request.parquet" for d in ("streamed", "merged"))
+    assert got.read_bytes() == want.read_bytes()
+    assert pq.ParquetFile(got).num_row_groups > 1
+    assert not list(tmp_path.glob("streamed/**/.*.tmp"))

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 CONFIG_PATH = "pkg://sweep.conf"
 """Hydra's configuration: the package ``sweep.conf``. In a source checkout ``src/sweep/conf`` is a
@@ -152,5 +152,27 @@ def _run(cfg: Any, argv: Sequence[str], started: float) -> int:
     return summary.exit_code
 
 
+def _exit(code: int) -> NoReturn:
+    """End the process with ``code`` once :func:`main` has returned (every file written and
+    closed): the exit handlers run (logging, multiprocessing and loky clean-up, tqdm), the
+    standard streams are flushed, then the process ends without the interpreter's teardown of
+    every object, which took 0.3-0.8 s after the 1,008-point grid (a heap of a gigabyte,
+    numba's and Arrow's libraries) for nothing. With another non-daemon thread alive, or
+    without atexit's runner, the usual exit."""
+    import atexit
+    import threading
+
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    main_thread = threading.main_thread()
+    busy = [t for t in threading.enumerate() if t is not main_thread and not t.daemon]
+    if run_exit_handlers is None or busy:
+        sys.exit(code)
+    run_exit_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

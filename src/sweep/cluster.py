@@ -38,6 +38,7 @@ from prefixsim.cluster import (
 
 from .config import ROUTER_PARAM_KEYS
 from .costing import as_profile
+from .values import unique
 
 log = logging.getLogger("sweep")
 
@@ -116,14 +117,6 @@ def load_model_of(cfg: Any) -> LoadModel:
     )
 
 
-def _unique(values: Any) -> list[Any]:
-    out: list[Any] = []
-    for v in values:
-        if all(type(v) is not type(o) or v != o for o in out):
-            out.append(v)
-    return out
-
-
 def cluster_specs(cfg: Any) -> list[ClusterSpec | None]:
     """The clusters of a grid: ``[None]`` (single-cache points) when the configuration gives
     neither ``instances`` nor ``router``. Raises :class:`ParameterError` for a bad value."""
@@ -131,16 +124,16 @@ def cluster_specs(cfg: Any) -> list[ClusterSpec | None]:
     routers = getattr(cfg, "router", None)
     if instances is None and routers is None:
         return [None]
-    names = _unique(routers if routers is not None else ["round_robin"])
+    names = unique(routers if routers is not None else ["round_robin"])
     specs_by_name = {name: get_router(name) for name in names}  # an unknown name fails first
     load = load_model_of(cfg)
     specs: list[ClusterSpec | None] = []
     for name, spec in specs_by_name.items():
         own = [k for k in ROUTER_PARAM_KEYS if k in spec.params_type.field_names()]
-        values = [_unique(getattr(cfg, k)) for k in own]
+        values = [unique(getattr(cfg, k)) for k in own]
         for combo in itertools.product(*values):
             router = make_router(name, **dict(zip(own, combo, strict=True)))
-            for n in _unique(instances if instances is not None else [1]):
+            for n in unique(instances if instances is not None else [1]):
                 prefixsim.policies.base.check_int("instances", n, 1, 4096)
                 specs.append(ClusterSpec(int(n), router, load))
     return specs

@@ -20,7 +20,7 @@ import hashlib
 import itertools
 import json
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from prefixsim.params_grid import make_params_grid
 from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
 from .costing import cost_setup, grid_sizes
+from .values import unique
 
 
 class PlanError(prefixsim.PrefixSimError):
@@ -240,18 +241,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _unique(values: Iterable[Any]) -> list[Any]:
-    """``values`` without repeats, first occurrences in order (``1``, ``1.0`` and ``True``
-    are different values here)."""
-    values = list(values)
-    if len(set(map(type, values))) <= 1:  # one type: equal values are equal markers
-        return list(dict.fromkeys(values))
-    first: dict[tuple[type, Any], Any] = {}
-    for v in values:
-        first.setdefault((type(v), v), v)
-    return list(first.values())
-
-
 def _check_block_size(value: int) -> int:
     from prefixsim.policies.base import check_int
 
@@ -279,15 +268,15 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     for key in ("trace", "policy", "capacity", "cache_size", "block_size"):
         if getattr(cfg, key) is not None and not getattr(cfg, key):
             raise PlanError(f"{key}: empty list; the grid needs at least one value")
-    traces = _unique(cfg.trace)
-    policies = _unique(cfg.policy)
+    traces = unique(cfg.trace)
+    policies = unique(cfg.policy)
     for name in policies:
         prefixsim.get_policy(name)  # unknown policy: ParameterError naming the known ones
-    block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
+    block_sizes = [_check_block_size(b) for b in unique(cfg.block_size)]
     if cfg.capacity is not None:
-        cfg = dataclasses.replace(cfg, capacity=_unique(cfg.capacity))
+        cfg = dataclasses.replace(cfg, capacity=unique(cfg.capacity))
     sizes = grid_sizes(cfg, block_sizes, cost_setup(cfg))
-    param_values = {k: _unique(getattr(cfg, k)) for k in POLICY_PARAM_KEYS}
+    param_values = {k: unique(getattr(cfg, k)) for k in POLICY_PARAM_KEYS}
     try:
         clusters = cluster_specs(cfg)
     except ParameterError as err:
@@ -332,7 +321,7 @@ def _policy_points(
     """One policy's points of one trace, in grid order (size, then the policy's parameters, then
     the cluster), deduplicated; and its invalid points with their errors. Each engine rule runs
     once per distinct value (:func:`prefixsim.params_grid.make_params_grid`), not per point."""
-    capacities = _unique(capacity for capacity, _, _ in sizes)
+    capacities = unique(capacity for capacity, _, _ in sizes)
     entries = make_params_grid(policy, capacities, combos)
     n = len(combos)
     row = {(type(c), c): i * n for i, c in enumerate(capacities)}  # first entry of a capacity
@@ -382,10 +371,10 @@ def unused_parameters(cfg: SweepConfig) -> list[str]:
         values = getattr(cfg, key)
         has = [
             p
-            for p in _unique(cfg.policy)
+            for p in unique(cfg.policy)
             if key in prefixsim.get_policy(p).params_type.field_names()
         ]
-        if not has and len(_unique(values)) > 1:
+        if not has and len(unique(values)) > 1:
             out.append(key)
     return out
 

@@ -83,7 +83,8 @@ def _tier_grid(level: str, tc: TierConfig) -> list[Tier]:
 
 def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
     """The hierarchy grid's points: traces x block sizes x modes x each tier's grid."""
-    from .grid import GridPoint, PlanError, _check_block_size, _unique
+    from .grid import GridPoint, PlanError, _check_block_size
+    from .values import unique
 
     tc = cfg.tiers
     assert tc is not None
@@ -104,7 +105,7 @@ def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
         raise PlanError("tiers.mode: empty list; the grid needs at least one value")
     per_level = [_tier_grid(level, getattr(tc, level)) for level in levels]
     hierarchies: list[Hierarchy] = []
-    for mode in _unique(tc.mode):
+    for mode in unique(tc.mode):
         for tiers in itertools.product(*per_level):
             try:
                 hierarchy = Hierarchy.of(tiers, mode)
@@ -114,14 +115,14 @@ def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
                 name = f"{levels[int(match[1])]}.{match[2]}" if match else err.name
                 raise ParameterError(f"tiers.{name}", err.value, err.allowed) from None
             hierarchies.append(hierarchy)
-    block_sizes = [_check_block_size(b) for b in _unique(cfg.block_size)]
+    block_sizes = [_check_block_size(b) for b in unique(cfg.block_size)]
     setup = cost_setup(cfg)
     if setup is not None and setup.hardware is not None:
         for level in levels:  # every tier's hits are charged at its medium's bandwidth
             _check_medium(level, getattr(tc, level).medium, setup.hardware)
     return [
         GridPoint(trace, h, b, _hierarchy_bytes(h, b, setup))
-        for trace in _unique(cfg.trace)
+        for trace in unique(cfg.trace)
         for h in hierarchies
         for b in block_sizes
     ]
