@@ -214,3 +214,22 @@ def test_killed_sweep_loses_no_finished_point(
     )
     pd.testing.assert_frame_equal(results(out), results(reference))
     pd.testing.assert_frame_equal(per_request(out), per_request(reference))
+
+
+def test_profiled_run_writes_its_profile(tmp_path: Path) -> None:
+    # python -m sweep ends with os._exit to skip the interpreter's teardown; under a profiler
+    # it must exit normally, or cProfile (which writes -o after the module returns) writes
+    # nothing.
+    prof = tmp_path / "sweep.prof"
+    args = ["capacity=64", "policy=LRU", "plot=false", "out_dir=run"]
+    done = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "sweep", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run" / "results.parquet").exists()
+    assert prof.stat().st_size > 0

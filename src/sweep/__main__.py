@@ -157,15 +157,16 @@ def _exit(code: int) -> NoReturn:
     closed): the exit handlers run (logging, multiprocessing and loky clean-up, tqdm), the
     standard streams are flushed, then the process ends without the interpreter's teardown of
     every object, which took 0.3-0.8 s after the 1,008-point grid (a heap of a gigabyte,
-    numba's and Arrow's libraries) for nothing. With another non-daemon thread alive, or
-    without atexit's runner, the usual exit."""
+    numba's and Arrow's libraries) for nothing. With another non-daemon thread alive, without
+    atexit's runner, or under a profiler or tracer (``python -m cProfile -o ...`` writes its
+    output after the module returns), the usual exit."""
     import atexit
     import threading
 
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     main_thread = threading.main_thread()
     busy = [t for t in threading.enumerate() if t is not main_thread and not t.daemon]
-    if run_exit_handlers is None or busy:
+    if run_exit_handlers is None or busy or sys.getprofile() or sys.gettrace():
         sys.exit(code)
     run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
