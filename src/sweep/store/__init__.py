@@ -247,7 +247,7 @@ class RunDir:
         :meth:`consolidate` then moves the file into place. Only when
         :meth:`can_stream_per_request`."""
         self.discard_stream()
-        self._stream = PerRequestStream(
+        self._stream = PerRequestStream.open(
             self.per_request,
             self.requests,
             point_ids,

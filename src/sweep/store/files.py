@@ -49,24 +49,33 @@ _UMASK = _umask()
 
 
 class PendingFile:
-    """A temporary file beside ``path`` (``file``, open for writing) that becomes ``path`` on
-    :meth:`commit` (fsync, rename) or is removed on :meth:`discard`, leaving ``path`` as it
-    was. The temporary file is in ``folder`` (default: ``path``'s). For a file written over a
-    while (:class:`~sweep.store.stream.PerRequestStream`); :func:`atomic_file` is the same
-    within one ``with`` block."""
+    """A temporary file ``tmp`` for ``path`` (``file``, open for writing) that becomes ``path``
+    on :meth:`commit` (fsync, rename) or is removed on :meth:`discard`, leaving ``path`` as it
+    was. :meth:`create` makes the temporary file. For a file written over a while
+    (:class:`~sweep.store.stream.PerRequestStream`); :func:`atomic_file` is the same within one
+    ``with`` block."""
 
-    def __init__(self, path: Path, mode: str = "wb", folder: Path | None = None) -> None:
-        folder = folder or path.parent  # another folder must be on the same file system
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    def __init__(self, path: Path, tmp: str, file: IO[Any]) -> None:
         self.path = path
+        self.tmp = tmp
+        self.file = file
+
+    @classmethod
+    def create(cls, path: Path, mode: str = "wb", folder: Path | None = None) -> PendingFile:
+        """A new temporary file in ``folder`` (default: ``path``'s; another folder must be on
+        the same file system, for the rename), with the usual mode of a final file."""
+        folder = folder or path.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
         try:
             os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; final files: the usual mode
-            self.file: IO[Any] = os.fdopen(fd, mode)
+            file: IO[Any] = os.fdopen(fd, mode)
         except BaseException:
             os.close(fd)
-            self.discard()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
             raise
+        return cls(path, tmp, file)
 
     def commit(self) -> None:
         try:
@@ -89,7 +98,7 @@ class PendingFile:
 def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on success fsync it and rename it to ``path``; on
     any error (or interrupt) remove it, leaving ``path`` as it was."""
-    pending = PendingFile(path, mode)
+    pending = PendingFile.create(path, mode)
     try:
         yield pending.file
     except BaseException:

@@ -40,20 +40,19 @@ log = logging.getLogger("sweep")
 
 
 class PerRequestStream:
-    """Rows of ``point_ids`` (this run's points) written to ``path`` in point_id order as the
-    points finish; prompt tokens from ``requests``; row groups of ``row_group`` rows; the cost
-    columns when ``with_cost``. Creating one opens the temporary file in ``folder`` (the run
-    directory's ``.sweep``: a killed run leaves no temporary file beside the results, and the
-    next run removes it)."""
+    """Rows of ``point_ids`` (this run's points) written through ``writer`` into the temporary
+    ``file`` in point_id order as the points finish; prompt tokens from ``requests``; row
+    groups of ``row_group`` rows; the cost columns when ``with_cost``. :meth:`open` creates the
+    file; the constructor only takes what it is given."""
 
     def __init__(
         self,
-        path: Path,
+        file: PendingFile,
+        writer: pq.ParquetWriter,
         requests: Path,
         point_ids: Iterable[int],
         with_cost: bool,
         row_group: int,
-        folder: Path,
     ) -> None:
         self._expected = np.unique(np.fromiter(point_ids, np.int64))
         self._next = 0  # the first expected id not written yet
@@ -63,8 +62,30 @@ class PerRequestStream:
         self._schema = per_request_schema(with_cost)
         self._prompt_tokens = PromptTokens(requests)
         self._cutter = RowGroupCutter(row_group)
-        self._file: PendingFile | None = PendingFile(path, folder=folder)
-        self._writer = pq.ParquetWriter(self._file.file, self._schema, **PER_REQUEST_WRITE_OPTIONS)
+        self._file: PendingFile | None = file
+        self._writer = writer
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        requests: Path,
+        point_ids: Iterable[int],
+        with_cost: bool,
+        row_group: int,
+        folder: Path,
+    ) -> PerRequestStream:
+        """A stream whose temporary file (for ``path``) is opened in ``folder``, the run
+        directory's ``.sweep``: a killed run leaves no temporary file beside the results, and
+        the next run removes it."""
+        file = PendingFile.create(path, folder=folder)
+        try:
+            schema = per_request_schema(with_cost)
+            writer = pq.ParquetWriter(file.file, schema, **PER_REQUEST_WRITE_OPTIONS)
+        except BaseException:
+            file.discard()
+            raise
+        return cls(file, writer, requests, point_ids, with_cost, row_group)
 
     @property
     def active(self) -> bool:
