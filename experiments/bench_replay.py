@@ -6,8 +6,8 @@ their ratio; plus trace parse time, binary-cache load time, the kernels' first-c
 compile or on-disk cache load, reported apart from the replays) and peak memory.
 
 With ``--baseline``, S3FIFO's and LRU's kernels are also timed against those of commit ebaec63
-(``bench_scale.OLD_KERNELS``): old and new alternate ``--repeat`` times per capacity (checked
-equal per request first), median by wall time and by the thread's CPU time.
+(imported from that commit by ``baseline_kernels.py``): old and new alternate ``--repeat`` times per
+capacity (checked equal per request first), median by wall time and by the thread's CPU time.
 
     python experiments/bench_replay.py [--trace conversation] [--repeat 5] [--no-reference]
                                        [--baseline]
@@ -108,19 +108,22 @@ def main() -> None:
 
 def against_baseline(trace: Trace, policies: list[str], repeat: int) -> None:
     """Each policy's kernel against ebaec63's, alternating, median of ``repeat``."""
-    from bench_scale import OLD_KERNELS  # the experiments folder is on sys.path
+    # the experiments folder is on sys.path
+    from baseline_kernels import baseline_kernel
+    from bench_scale import BASELINE
+
+    old_kernels = {p: baseline_kernel(BASELINE, p) for p in policies}
 
     def run(policy: str, capacity: int, old: bool) -> tuple[float, float, tuple[Any, ...]]:
         spec = get_policy(policy)
         params = make_params(policy, capacity)
         cnt = np.zeros(len(spec.counter_names), np.int64)
         inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, 512, cnt)
-        kernel: Any = OLD_KERNELS[policy] if old else spec.kernel
         wall, cpu = time.perf_counter(), time.thread_time()
-        if old:
-            out = kernel(*inputs, *spec.kernel_args(params))
-        else:  # allocating the kernel's state is part of its time
-            out = kernel(*inputs, *spec.kernel_inputs(params, trace.n_blocks))
+        if old:  # allocating the kernel's state is part of its time, old or new
+            out = old_kernels[policy](*inputs, capacity)
+        else:
+            out = spec.kernel(*inputs, *spec.kernel_inputs(params, trace.n_blocks))
         return time.perf_counter() - wall, time.thread_time() - cpu, (*out, cnt)
 
     n = trace.n_accesses

@@ -8,13 +8,12 @@ For each size, ``prefixsim.synth --like conversation`` (seed 1) writes a Mooncak
 prints the load time, the peak RSS of the load against the final arrays' bytes, and replays it
 with S3FIFO and LRU at 65,536 blocks (kernel only, after one untimed call, median of ``--reps``).
 The bundled trace's replay throughput (4,096 blocks) is measured in the same process, as the
-baseline, and so are the kernels of commit ebaec63 (:data:`OLD_KERNELS`, copies kept here only
-as that baseline; ``bench_replay.py --baseline`` uses them too): old and new alternate within
-each repetition, a new kernel's time includes allocating its ``kernel_state`` (the old ones
-allocate inside), and their per-request hit tokens and counters must be equal. The files are
-deleted unless ``--keep`` (an existing file in ``--dir`` is reused). Targets (issue 12): >= 1M
-requests parsed per 3 s; load peak <= 2.5x the final arrays; replay >= 50% of the bundled
-trace's throughput.
+baseline, and so are the kernels of commit ebaec63 (:data:`BASELINE`, imported from that commit by
+``baseline_kernels.py``; ``bench_replay.py --baseline`` uses them too): old and new alternate within
+each repetition, a new kernel's time includes allocating its ``kernel_state`` (the old ones allocate
+inside), and their per-request hit tokens and counters must be equal. The files are deleted unless
+``--keep`` (an existing file in ``--dir`` is reused). Targets (issue 12): >= 1M requests parsed per
+3 s; load peak <= 2.5x the final arrays; replay >= 50% of the bundled trace's throughput.
 """
 
 from __future__ import annotations
@@ -28,204 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from numba import njit
-
-
-@njit(cache=True, nogil=True)
-def old_lru_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    """The LRU kernel of commit ebaec63, verbatim but for comments: the baseline."""
-    resident = np.zeros(n_blocks, np.bool_)
-    link = np.empty((n_blocks, 2), np.int32)
-    head = -1
-    tail = -1
-    size = 0
-    hits = 0
-    evictions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
-        k = start
-        while k < end and resident[block_ids[k]]:
-            k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
-        for i in range(start, end):
-            h = block_ids[i]
-            if resident[h]:
-                hits += 1
-                if h == tail:
-                    continue
-                p = link[h, 0]
-                n = link[h, 1]
-                if p >= 0:
-                    link[p, 1] = n
-                else:
-                    head = n
-                link[n, 0] = p
-            else:
-                if size >= capacity:
-                    victim = head
-                    head = link[victim, 1]
-                    if head >= 0:
-                        link[head, 0] = -1
-                    else:
-                        tail = -1
-                    resident[victim] = False
-                    size -= 1
-                    evictions += 1
-                resident[h] = True
-                size += 1
-            link[h, 0] = tail
-            link[h, 1] = -1
-            if tail >= 0:
-                link[tail, 1] = h
-            else:
-                head = h
-            tail = h
-    cnt[0] += hits
-    cnt[1] += evictions
-    return hit_tokens, size
-
-
-_NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
-
-
-@njit(cache=True, nogil=True)
-def old_s3fifo_kernel(
-    block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
-    small_cap, main_cap, max_freq, ghost_freq,
-):  # fmt: skip
-    """The S3FIFO kernel of commit ebaec63, verbatim but for comments: the baseline."""
-    where = np.zeros(n_blocks, np.int8)
-    freq = np.zeros(n_blocks, np.int32)
-    g_link = np.empty((n_blocks, 2), np.int32)
-    s_ring = np.empty(small_cap, np.int32)
-    m_ring = np.empty(main_cap, np.int32)
-    s_head = s_len = m_head = m_len = g_len = 0
-    g_head = g_tail = -1
-    ghost_cap = main_cap
-    hits = evictions = ghost_hits = promotions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
-        k = start
-        while k < end:
-            w = where[block_ids[k]]
-            if w != _IN_S and w != _IN_M:
-                break
-            k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
-        for i in range(start, end):
-            h = block_ids[i]
-            w = where[h]
-            if w == _IN_S or w == _IN_M:  # noqa: SIM109 (plain compares in the hot loop)
-                hits += 1
-                f = freq[h] + 1
-                freq[h] = f if f < max_freq else max_freq
-                continue
-            to_g = -1
-            to_m = -1
-            to_m_freq = 0
-            to_s = -1
-            if w == _IN_G:
-                ghost_hits += 1
-                p = g_link[h, 0]
-                n = g_link[h, 1]
-                if p >= 0:
-                    g_link[p, 1] = n
-                else:
-                    g_head = n
-                if n >= 0:
-                    g_link[n, 0] = p
-                else:
-                    g_tail = p
-                g_len -= 1
-                to_m = h
-                to_m_freq = ghost_freq
-            else:
-                to_s = h
-            while True:
-                if to_g >= 0:
-                    if g_len >= ghost_cap:
-                        old = g_head
-                        g_head = g_link[old, 1]
-                        if g_head >= 0:
-                            g_link[g_head, 0] = -1
-                        else:
-                            g_tail = -1
-                        where[old] = _NONE
-                        g_len -= 1
-                    g_link[to_g, 0] = g_tail
-                    g_link[to_g, 1] = -1
-                    if g_tail >= 0:
-                        g_link[g_tail, 1] = to_g
-                    else:
-                        g_head = to_g
-                    g_tail = to_g
-                    g_len += 1
-                    where[to_g] = _IN_G
-                    to_g = -1
-                if to_m >= 0:
-                    while m_len >= main_cap:
-                        victim = m_ring[m_head]
-                        m_head += 1
-                        if m_head == main_cap:
-                            m_head = 0
-                        vf = freq[victim]
-                        if vf >= 1:
-                            freq[victim] = vf - 1
-                            continue
-                        m_len -= 1
-                        evictions += 1
-                        to_g = victim
-                        break
-                    pos = m_head + m_len
-                    if pos >= main_cap:
-                        pos -= main_cap
-                    m_ring[pos] = to_m
-                    m_len += 1
-                    where[to_m] = _IN_M
-                    freq[to_m] = to_m_freq
-                    to_m = -1
-                    continue
-                if to_s < 0:
-                    break
-                if s_len >= small_cap:
-                    victim = s_ring[s_head]
-                    s_head += 1
-                    if s_head == small_cap:
-                        s_head = 0
-                    s_len -= 1
-                    vf = freq[victim]
-                    if vf >= 1:
-                        promotions += 1
-                        to_m = victim
-                        to_m_freq = vf
-                    else:
-                        evictions += 1
-                        to_g = victim
-                    continue
-                pos = s_head + s_len
-                if pos >= small_cap:
-                    pos -= small_cap
-                s_ring[pos] = to_s
-                s_len += 1
-                where[to_s] = _IN_S
-                freq[to_s] = 0
-                break
-    cnt[0] += hits
-    cnt[1] += evictions
-    cnt[2] += ghost_hits
-    cnt[3] += promotions
-    return hit_tokens, s_len + m_len
-
-
-OLD_KERNELS = {"LRU": old_lru_kernel, "S3FIFO": old_s3fifo_kernel}
-"""The baselines, by policy: same contract as the kernels of commit ebaec63 (no kernel_state)."""
+BASELINE = "ebaec63"
+"""The commit whose kernels are timed beside today's (``baseline_kernels.py``)."""
 
 
 CHILD = r"""
@@ -234,7 +37,9 @@ import pathlib, tempfile
 import numpy as np
 import prefixsim
 sys.path.insert(0, sys.argv[3])
-from bench_scale import OLD_KERNELS
+from baseline_kernels import baseline_kernel
+from bench_scale import BASELINE
+OLD_KERNELS = {p: baseline_kernel(BASELINE, p) for p in ("S3FIFO", "LRU")}
 REPS = int(sys.argv[2])
 from prefixsim.formats import mooncake_stream
 path = sys.argv[1]
@@ -277,7 +82,7 @@ def run(variant, tr, cap):
                                   cnt, *spec.kernel_inputs(params, tr.n_blocks))
     else:
         hits, final = OLD_KERNELS[policy](tr.block_ids, tr.offsets, tr.input_lengths,
-                                          tr.n_blocks, 512, cnt, *spec.kernel_args(params))
+                                          tr.n_blocks, 512, cnt, cap)
     return time.perf_counter() - t, (hits, final, cnt), time.thread_time() - c
 for name, tr, cap in (("bundled", bundled, 4096), ("trace", trace, 65536)):
     first = {v: run(v, tr, cap)[1] for v in variants}  # untimed (compiles or loads the kernels)
@@ -364,7 +169,7 @@ def main() -> None:
             path.unlink()
     print("load +MB: the load's peak RSS above the process's before it (interpreter, numpy, numba)")
     print(f"M/s: million block accesses per second, median of {args.reps} alternating runs;")
-    print("old: the kernels of commit ebaec63 (OLD_KERNELS), checked equal per request")
+    print(f"old: the kernels of commit {BASELINE}, checked equal per request")
     print("by CPU time: the kernel thread's CPU time (time spent descheduled on a shared machine")
     print("excluded; cache misses caused by other processes are not)")
 
