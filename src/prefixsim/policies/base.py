@@ -226,7 +226,8 @@ def zeroed_state(n: int, dtype: type[np.integer[Any]] | type[np.bool_]) -> np.nd
     access order, interleaves the zeroing of each fresh page (2 MiB with transparent huge pages)
     with its random accesses and evicts its working set from the CPU caches each time. At 10M
     requests (1.1 GB of LRU state) that cost 0.7-1.2 s of a 2.0-2.8 s replay in two runs;
-    touching every page first, in address order, 0.5 s at most (README, "Kernel layout")."""
+    touching every page first, in address order, 0.5 s at most (docs/performance.md, "Kernel
+    layout")."""
     state = np.zeros(n, dtype)
     state[:: max(1, _PAGE_BYTES // state.itemsize)] = 0  # one write per page: faults them in
     return state

@@ -76,8 +76,8 @@ class LRUReference(ReferencePolicy):
 # through it measured 15-20% slower than ``2 * h``. A separate one-byte ``resident`` array (the
 # previous layout) made every hit and every eviction touch a second random cache line; with the
 # prefix scan fused into the accesses (below) it no longer saved the scan anything, and folding
-# it into the pairs measured 1.4-1.5x faster at 1M and 10M requests (README, "Millions of
-# requests"). The array comes from :func:`_kernel_state` (numpy: huge pages on large arrays).
+# it into the pairs measured 1.4-1.5x faster at 1M and 10M requests (docs/performance.md, "Millions
+# of requests"). The array comes from :func:`_kernel_state` (numpy: huge pages on large arrays).
 # The pairs are int32 (exact while every id + 2 fits, i.e. below 2**31 - 2 distinct blocks, far
 # beyond any trace that fits in memory), int64 beyond. ``size`` never exceeds ``capacity``.
 #
