@@ -39,7 +39,8 @@ import prefixsim
 sys.path.insert(0, sys.argv[3])
 from baseline_kernels import baseline_kernel
 from bench_scale import BASELINE
-OLD_KERNELS = {p: baseline_kernel(BASELINE, p) for p in ("S3FIFO", "LRU")}
+WITH_BASELINE = sys.argv[4] == "1"
+OLD_KERNELS = {p: baseline_kernel(BASELINE, p) for p in ("S3FIFO", "LRU")} if WITH_BASELINE else {}
 REPS = int(sys.argv[2])
 from prefixsim.formats import mooncake_stream
 path = sys.argv[1]
@@ -71,7 +72,7 @@ out = {"requests": trace.n_requests, "accesses": trace.n_accesses, "blocks": tra
        "load_s": load, "peak_load": peak_load - before, "arrays": arrays}
 bundled = prefixsim.load_trace("conversation")
 specs = {"S3FIFO": prefixsim.get_policy("S3FIFO"), "LRU": prefixsim.get_policy("LRU")}
-variants = ["S3FIFO", "S3FIFO_old", "LRU", "LRU_old"]
+variants = ["S3FIFO", "S3FIFO_old", "LRU", "LRU_old"] if WITH_BASELINE else ["S3FIFO", "LRU"]
 def run(variant, tr, cap):
     policy = variant.removesuffix("_old")
     spec, params = specs[policy], prefixsim.make_params(policy, cap)
@@ -90,7 +91,7 @@ def run(variant, tr, cap):
     return time.perf_counter() - t, (hits, final, cnt), time.thread_time() - c, loop
 for name, tr, cap in (("bundled", bundled, 4096), ("trace", trace, 65536)):
     first = {v: run(v, tr, cap)[1] for v in variants}  # untimed (compiles or loads the kernels)
-    for policy in specs:
+    for policy in specs if WITH_BASELINE else ():
         new, old = first[policy], first[policy + "_old"]
         assert np.array_equal(new[0], old[0]) and new[1] == old[1], f"old and new {policy} differ"
         assert np.array_equal(new[2], old[2]), f"old and new {policy} counters differ"
@@ -99,7 +100,7 @@ for name, tr, cap in (("bundled", bundled, 4096), ("trace", trace, 65536)):
     cpu = {v: [] for v in variants}
     loops = {v: [] for v in variants}
     for rep in range(REPS):  # alternating, in a rotating order
-        order = variants[rep % 4:] + variants[:rep % 4]
+        order = variants[rep % len(variants):] + variants[:rep % len(variants)]
         for v in order:
             wall, _, busy, loop = run(v, tr, cap)
             times[v].append(wall)
@@ -132,6 +133,12 @@ def main() -> None:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="today's kernels only: the old ones, alternating in the same process, fragment "
+        "memory, and the new kernels' fresh per-block state then costs more to allocate",
+    )
     args = ap.parse_args()
     folder = Path(args.dir or tempfile.mkdtemp(prefix="bench_scale."))
     folder.mkdir(parents=True, exist_ok=True)
@@ -146,7 +153,10 @@ def main() -> None:
         gen = generate(n, path) if not path.exists() else float("nan")
         env = dict(os.environ, PREFIXSIM_CACHE_DIR=str(folder / "cache"))
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(path), str(args.reps), str(Path(__file__).parent)],
+            [
+                *(sys.executable, "-c", CHILD, str(path), str(args.reps)),
+                *(str(Path(__file__).parent), "0" if args.no_baseline else "1"),
+            ],
             capture_output=True,
             text=True,
             env=env,
@@ -155,6 +165,10 @@ def main() -> None:
             print(f"{n:>10} failed: {proc.stderr.strip().splitlines()[-1]}")
             continue
         r = json.loads(proc.stdout)
+        nan = float("nan")
+        for v in ("S3FIFO_old", "LRU_old"):
+            for key in ("trace", "bundled", "trace_cpu", "bundled_cpu"):
+                r.setdefault(f"{v}_{key}", nan)
         mb = 2**20
         print(
             f"{r['requests']:>10,} {r['accesses']:>12,} {path.stat().st_size / mb:>8.0f} "
