@@ -62,6 +62,23 @@ def test_exact_sum_is_pythons_sum(values: np.ndarray) -> None:
     assert exact_sum(values) == sum(values.tolist())
 
 
+@pytest.mark.parametrize(
+    "result_type",
+    [prefixsim.ReplayResult, prefixsim.TieredResult, prefixsim.ClusterResult, prefixsim.Ceiling],
+)
+def test_every_result_sums_its_tokens_exactly(result_type: type) -> None:
+    # Two requests of 2**62 tokens each, all hits: the totals are 2**63, one past int64, which
+    # ndarray.sum() wraps to -2**63. Only hit_tokens and prompt_tokens are read by the totals.
+    result = object.__new__(result_type)
+    tokens = np.array([2**62, 2**62], np.int64)
+    object.__setattr__(result, "hit_tokens", tokens)
+    object.__setattr__(result, "prompt_tokens", tokens.copy())
+    assert result.n_requests == 2
+    assert result.total_hit_tokens == 2**63
+    assert result.total_prompt_tokens == 2**63
+    assert result.overall_hit_rate == 1.0
+
+
 # Two requests share blocks [1, 2]; their input_length values sum to exactly 2**63 - 1
 # (2**62 + 2**62 - 1), the largest total that fits. With block_size 2**31 - 1 and room for both
 # blocks, the second request hits k = 2 blocks: min(2 * (2**31 - 1), 2**62 - 1) = 2**32 - 2.

@@ -39,3 +39,30 @@ def first_running_total_over(values: np.ndarray, limit: int = INT64_MAX) -> int 
         if running > limit:
             return i
     return None
+
+
+class HitTotals:
+    """Totals of a result with per-request ``hit_tokens`` and ``prompt_tokens`` (int64 arrays),
+    summed exactly: a replay, a hierarchy, a cluster and the ceiling share these, so none of
+    them can report a total that wrapped around."""
+
+    hit_tokens: np.ndarray
+    prompt_tokens: np.ndarray
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.hit_tokens)
+
+    @property
+    def total_hit_tokens(self) -> int:
+        return exact_sum(self.hit_tokens)
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        return exact_sum(self.prompt_tokens)
+
+    @property
+    def overall_hit_rate(self) -> float:
+        """``total_hit_tokens / total_prompt_tokens`` (0.0 for a trace with no prompt tokens)."""
+        total = self.total_prompt_tokens
+        return self.total_hit_tokens / total if total else 0.0

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ._exact import exact_sum
+from ._exact import HitTotals, exact_sum
 from .errors import ParameterError
 from .policies import get_policy
 from .policies.base import check_int
@@ -403,7 +403,7 @@ def lru_curve(trace: Trace, capacities: Iterable[int], block_size: int = 512) ->
 
 
 @dataclass(frozen=True, eq=False)
-class Ceiling:
+class Ceiling(HitTotals):
     """Hits of an unbounded cache (every block ever seen stays resident): the value every
     policy's curve is bounded by, and LRU's at any capacity >= the trace's distinct blocks."""
 
@@ -411,19 +411,6 @@ class Ceiling:
     block_size: int
     hit_tokens: np.ndarray  # int64, per request
     prompt_tokens: np.ndarray  # int64, per request
-
-    @property
-    def total_hit_tokens(self) -> int:
-        return exact_sum(self.hit_tokens)
-
-    @property
-    def total_prompt_tokens(self) -> int:
-        return exact_sum(self.prompt_tokens)
-
-    @property
-    def overall_hit_rate(self) -> float:
-        total = self.total_prompt_tokens
-        return self.total_hit_tokens / total if total else 0.0
 
 
 def ceiling(trace: Trace, block_size: int = 512) -> Ceiling:

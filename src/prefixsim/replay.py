@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._exact import exact_sum
+from ._exact import HitTotals
 from .errors import ParameterError
 from .policies import PolicyParams, get_policy
 from .policies.base import check_int
@@ -56,7 +56,7 @@ def known_params(policy: str, policy_params: Mapping[str, Any]) -> dict[str, Any
 
 
 @dataclass(frozen=True, eq=False)
-class ReplayResult:
+class ReplayResult(HitTotals):
     """Outcome of one replay. Arrays are per request, in trace order."""
 
     params: PolicyParams
@@ -79,24 +79,6 @@ class ReplayResult:
     @property
     def cache_capacity_blocks(self) -> int:
         return self.params.capacity
-
-    @property
-    def n_requests(self) -> int:
-        return len(self.hit_tokens)
-
-    @property
-    def total_hit_tokens(self) -> int:
-        return exact_sum(self.hit_tokens)
-
-    @property
-    def total_prompt_tokens(self) -> int:
-        return exact_sum(self.prompt_tokens)
-
-    @property
-    def overall_hit_rate(self) -> float:
-        """``total_hit_tokens / total_prompt_tokens`` (0.0 for a trace with no prompt tokens)."""
-        total = self.total_prompt_tokens
-        return self.total_hit_tokens / total if total else 0.0
 
     def to_report(self, per_request: bool = True) -> dict[str, Any]:
         """The specification's report, plus the parameters and counters used."""

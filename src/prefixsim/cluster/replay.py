@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._exact import HitTotals
 from ..errors import ParameterError
 from ..hardware import HardwareProfile
 from ..models import ModelProfile
@@ -38,7 +39,7 @@ MAX_INSTANCES = 4096
 
 
 @dataclass(frozen=True, eq=False)
-class ClusterResult:
+class ClusterResult(HitTotals):
     """Outcome of one cluster replay. Per-request arrays are in trace order; per-instance ones
     are indexed by instance. The time arrays are None without a load model."""
 
@@ -62,28 +63,11 @@ class ClusterResult:
     seconds: float = field(default=0.0, compare=False)
 
     @property
-    def n_requests(self) -> int:
-        return len(self.hit_tokens)
-
-    @property
     def est_ttft_seconds(self) -> np.ndarray | None:
         """Queueing delay + prefill time, per request."""
         if self.queueing_delay is None or self.est_prefill_seconds is None:
             return None
         return self.queueing_delay + self.est_prefill_seconds
-
-    @property
-    def total_hit_tokens(self) -> int:
-        return int(self.hit_tokens.sum())
-
-    @property
-    def total_prompt_tokens(self) -> int:
-        return int(self.prompt_tokens.sum())
-
-    @property
-    def overall_hit_rate(self) -> float:
-        total = self.total_prompt_tokens
-        return self.total_hit_tokens / total if total else 0.0
 
     @property
     def instance_requests(self) -> np.ndarray:

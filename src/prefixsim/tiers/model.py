@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._exact import HitTotals, exact_sum
 from ..errors import ParameterError
 from ..policies import PolicyParams, get_policy
 
@@ -145,7 +146,7 @@ class Hierarchy(PolicyParams):
 
 
 @dataclass(frozen=True, eq=False)
-class TieredResult:
+class TieredResult(HitTotals):
     """Outcome of a hierarchy replay. Arrays are per request, in trace order."""
 
     tiers: tuple[Tier, ...]
@@ -167,25 +168,8 @@ class TieredResult:
         return len(self.tiers)
 
     @property
-    def n_requests(self) -> int:
-        return len(self.hit_tokens)
-
-    @property
-    def total_hit_tokens(self) -> int:
-        return int(self.hit_tokens.sum())
-
-    @property
     def total_tier_hit_tokens(self) -> tuple[int, ...]:
-        return tuple(int(x) for x in self.tier_hit_tokens.sum(axis=1))
-
-    @property
-    def total_prompt_tokens(self) -> int:
-        return int(self.prompt_tokens.sum())
-
-    @property
-    def overall_hit_rate(self) -> float:
-        total = self.total_prompt_tokens
-        return self.total_hit_tokens / total if total else 0.0
+        return tuple(exact_sum(row) for row in self.tier_hit_tokens)
 
     @property
     def final_cache_blocks(self) -> int:
