@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 from collections.abc import Hashable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import prefixsim
 from prefixsim import Trace
 
 Request = tuple[int, Sequence[Hashable]]  # (input_length, hash_ids)
+
+
+def bundled_head(folder: Path, n: int) -> Path:
+    """The first ``n`` requests of the bundled trace, as a plain JSONL file in ``folder``."""
+    src = prefixsim.trace.bundled_trace_path("conversation")
+    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:n]
+    path = folder / "small.jsonl"
+    path.write_text("".join(lines))
+    return path
 
 
 def make_trace(requests: Sequence[Request], name: str = "test") -> Trace:

@@ -4,7 +4,6 @@ values are derived here independently (closed forms in exact Python ints) from a
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pandas as pd
 import pytest
 
 import prefixsim
+from conftest import bundled_head
 from prefixsim.hardware import HardwareProfile, load_hardware
 from prefixsim.models import ModelProfile, load_model
 from sweep import ExecutorConfig, SweepConfig, run_sweep
@@ -27,11 +27,7 @@ GIB = 2**30
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 800 requests of the bundled trace."""
-    src = prefixsim.trace.bundled_trace_path("conversation")
-    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:800]
-    path = tmp_path_factory.mktemp("traces") / "small.jsonl"
-    path.write_text("".join(lines))
-    return path
+    return bundled_head(tmp_path_factory.mktemp("traces"), 800)
 
 
 def model_config(name: str) -> ModelConfig:

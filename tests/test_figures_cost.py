@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import prefixsim
+from conftest import bundled_head
 from prefixsim.hardware import load_hardware
 from prefixsim.models import load_model
 from sweep import ExecutorConfig, SweepConfig, run_sweep
@@ -23,11 +23,8 @@ from sweep.figures.cost import (
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = prefixsim.trace.bundled_trace_path("conversation")
-    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:600]
     base = tmp_path_factory.mktemp("cost_figures")
-    trace = base / "small.jsonl"
-    trace.write_text("".join(lines))
+    trace = bundled_head(base, 600)
     cfg = SweepConfig(
         trace=[str(trace)],
         policy=["S3FIFO", "LRU"],

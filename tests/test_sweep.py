@@ -6,7 +6,6 @@ Command-line behaviour (the exact user command, ``--help``, errors, kills) is in
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import threading
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import prefixsim
+from conftest import bundled_head
 from sweep import ExecutorConfig, PlanError, StoreError, SweepConfig, run_sweep
 from sweep.__main__ import CONF_DIR
 from sweep.argv import ArgvError, rewrite_argv, rewrite_override, rewrite_overrides
@@ -40,11 +40,7 @@ S3_PARAMS = ("small_ratio", "max_freq", "ghost_freq")
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 1,500 requests of the bundled trace, as a plain JSONL file."""
-    src = prefixsim.trace.bundled_trace_path("conversation")
-    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:1500]
-    path = tmp_path_factory.mktemp("traces") / "small.jsonl"
-    path.write_text("".join(lines))
-    return path
+    return bundled_head(tmp_path_factory.mktemp("traces"), 1500)
 
 
 def config(out_dir: Path, trace: Path | str, **kw: object) -> SweepConfig:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import subprocess
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 
 import prefixsim
+from conftest import bundled_head
 from prefixsim.cluster import replay_cluster
 from sweep import ExecutorConfig, PlanError, SweepConfig, run_sweep
 from sweep.cluster import RESULT_FIELDS
@@ -23,11 +23,7 @@ from sweep.grid import plan_grid, point_key
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 800 requests of the bundled trace."""
-    src = prefixsim.trace.bundled_trace_path("conversation")
-    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:800]
-    path = tmp_path_factory.mktemp("traces") / "small.jsonl"
-    path.write_text("".join(lines))
-    return path
+    return bundled_head(tmp_path_factory.mktemp("traces"), 800)
 
 
 def cfg(**kw: object) -> SweepConfig:

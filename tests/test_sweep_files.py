@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import importlib
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 import prefixsim
 import sweep.store
+from conftest import bundled_head
 from sweep import Backend, ExecutorConfig, SweepConfig, run_sweep
 from sweep.store import TIMING_COLUMNS, RunDir
 
@@ -34,11 +34,7 @@ GRID = {
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 400 requests of the bundled trace, as a plain JSONL file."""
-    src = prefixsim.trace.bundled_trace_path("conversation")
-    lines = gzip.decompress(src.read_bytes()).decode().splitlines(keepends=True)[:400]
-    path = tmp_path_factory.mktemp("traces") / "small.jsonl"
-    path.write_text("".join(lines))
-    return path
+    return bundled_head(tmp_path_factory.mktemp("traces"), 400)
 
 
 def _config(out: Path, trace: Path, batch_size: int | None) -> SweepConfig:
