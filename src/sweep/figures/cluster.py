@@ -150,11 +150,7 @@ def _single_cache(results: pd.DataFrame, panel: pd.DataFrame, capacity: int) -> 
 
 
 def fig_cluster_hit_rate(results: pd.DataFrame, capacity: int | None = None) -> Figure:
-    rows = cluster_rows(results)
-    if rows.empty:
-        raise SkipFigure("no cluster point (instances) in the run")
-    capacity = _capacity(rows, capacity)
-    at = rows[rows["capacity"] == capacity]
+    capacity, at = _at_capacity(results, capacity)
     if at["instances"].nunique() < 2:
         raise SkipFigure("only one number of instances in the run")
     panels = _panels(at)
@@ -183,6 +179,21 @@ def fig_cluster_hit_rate(results: pd.DataFrame, capacity: int | None = None) -> 
     return fig
 
 
+def _at_capacity(
+    results: pd.DataFrame, capacity: int | None, needs: str | None = None
+) -> tuple[int, pd.DataFrame]:
+    """The cluster rows at ``capacity`` (the figure's default when None) and that capacity;
+    with ``needs``, only rows where that load-model column is set. Raises SkipFigure when the
+    run has none."""
+    rows = cluster_rows(results)
+    if rows.empty:
+        raise SkipFigure("no cluster point (instances) in the run")
+    if needs is not None:
+        rows = _needs_load(rows, needs)
+    capacity = _capacity(rows, capacity)
+    return capacity, rows[rows["capacity"] == capacity]
+
+
 def _needs_load(rows: pd.DataFrame, column: str) -> pd.DataFrame:
     if column not in rows.columns or rows[column].isna().all():
         raise SkipFigure(f"no {column} (the load model needs model=NAME)")
@@ -190,12 +201,7 @@ def _needs_load(rows: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 def fig_cluster_ttft(results: pd.DataFrame, capacity: int | None = None) -> Figure:
-    rows = cluster_rows(results)
-    if rows.empty:
-        raise SkipFigure("no cluster point (instances) in the run")
-    rows = _needs_load(rows, "est_ttft_p50_seconds")
-    capacity = _capacity(rows, capacity)
-    at = rows[rows["capacity"] == capacity]
+    capacity, at = _at_capacity(results, capacity, needs="est_ttft_p50_seconds")
     panels = _panels(at)
     fig, axes = _figure(len(panels))
     for col, (title, group) in enumerate(panels):
@@ -218,12 +224,7 @@ def fig_cluster_ttft(results: pd.DataFrame, capacity: int | None = None) -> Figu
 
 
 def fig_cluster_load_imbalance(results: pd.DataFrame, capacity: int | None = None) -> Figure:
-    rows = cluster_rows(results)
-    if rows.empty:
-        raise SkipFigure("no cluster point (instances) in the run")
-    rows = _needs_load(rows, "load_imbalance")
-    capacity = _capacity(rows, capacity)
-    at = rows[rows["capacity"] == capacity]
+    capacity, at = _at_capacity(results, capacity, needs="load_imbalance")
     panels = _panels(at)
     fig, axes = _figure(len(panels))
     for col, (title, group) in enumerate(panels):
