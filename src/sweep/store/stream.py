@@ -30,6 +30,7 @@ from .files import PendingFile
 from .per_request import (
     PER_REQUEST_WRITE_OPTIONS,
     PromptTokens,
+    SEGMENT_COLUMNS,
     RowGroupCutter,
     cut_segments,
     has_cost,
@@ -57,7 +58,9 @@ class PerRequestStream:
         self._expected = np.unique(np.fromiter(point_ids, np.int64))
         self._next = 0  # the first expected id not written yet
         self._written = 0  # points whose rows were written
-        self._rows: dict[int, pa.Table | None] = {}  # finished, not written: id -> its part row
+        # finished, not written: id -> (its batch's part rows, its row there), or None when
+        # it has no per-request rows (failed, or hit tokens not kept)
+        self._rows: dict[int, tuple[pa.Table, int] | None] = {}
         self._with_cost = with_cost
         self._schema = per_request_schema(with_cost)
         self._prompt_tokens = PromptTokens(requests)
@@ -115,11 +118,15 @@ class PerRequestStream:
         if table is not None and table.num_rows:
             if has_cost(table) != self._with_cost:
                 raise ValueError("cost columns not as expected")
+            # Only the columns the rows are built from: a part has about a hundred, and
+            # selecting them again for each of a batch's points cost more than the rows did.
+            names = set(table.column_names)
+            table = table.select([c for c in SEGMENT_COLUMNS if c in names])
             ids = table.column("point_id").to_pylist()
             valid = table.column("hit_tokens").is_valid().to_pylist()
             for i, (point_id, has_rows) in enumerate(zip(ids, valid, strict=True)):
                 self._expect(point_id)
-                self._rows[point_id] = table.slice(i, 1) if has_rows else None
+                self._rows[point_id] = (table, i) if has_rows else None
         for point_id in failed:
             self._expect(point_id)
             self._rows[point_id] = None
@@ -135,12 +142,22 @@ class PerRequestStream:
         """Write the rows of the points from the first unwritten id up to the first that has
         not finished."""
         ready: list[pa.Table] = []
+        run: tuple[pa.Table, int, int] | None = None  # consecutive rows of one part: start, stop
         while self._next < len(self._expected) and int(self._expected[self._next]) in self._rows:
             row = self._rows.pop(int(self._expected[self._next]))
-            if row is not None:
-                ready.append(row)
-                self._written += 1
             self._next += 1
+            if row is None:
+                continue
+            self._written += 1
+            table, i = row
+            if run is not None and run[0] is table and run[2] == i:
+                run = (table, run[1], i + 1)
+                continue
+            if run is not None:
+                ready.append(run[0].slice(run[1], run[2] - run[1]))
+            run = (table, i, i + 1)
+        if run is not None:
+            ready.append(run[0].slice(run[1], run[2] - run[1]))
         if not ready:
             return
         for segment in cut_segments(ready, np.zeros(0, np.int64)):
