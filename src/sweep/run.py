@@ -44,6 +44,14 @@ TARGET_BATCH_SECONDS = 0.25
 """Work per task aimed at (estimated with :data:`NOMINAL_SECONDS_PER_ACCESS`)."""
 MIN_TASKS_PER_WORKER = 4
 """Batches are small enough that each worker gets at least this many (load balance)."""
+TAPER_PER_WORKER = 2
+"""Towards the end of a parallel plan a batch holds at most the points left divided by this
+times the workers (guided self-scheduling), so that the workers finish close together and
+the last batch's part and rows, written after every replay, are small (see
+:func:`_tapered`)."""
+TAIL_BATCH_SECONDS = 0.025
+"""The smallest batch the taper makes, in estimated seconds of replays (the cost of a batch
+itself, its part file and its dispatch, is a few milliseconds)."""
 NOMINAL_SECONDS_PER_ACCESS: dict[str, float] = {"LRU": 5e-9}
 """The plan's cost model: seconds per block access of a replay, by policy (others:
 :data:`DEFAULT_SECONDS_PER_ACCESS`). Nominal numbers, not timed at run time, so the same grid on
@@ -360,19 +368,25 @@ def _plan_batches(
         or workers == 1
         or (ex.batch_size is None and runs_in_process(total, workers, start_seconds(ex.backend)))
     )
+    left = sum(len(group) for group in by_trace.values())  # in this and the later groups
     for sha, group in by_trace.items():
         group.sort(key=by_id)
         if ex.batch_size is not None:
-            size = ex.batch_size
+            sizes = _fixed(len(group), ex.batch_size)
         elif in_process:
             size = max(1, math.ceil(TARGET_BATCH_SECONDS / max(1e-9, _mean(group, estimate))))
+            sizes = _fixed(len(group), size)
         else:
             per_point = max(1e-9, _mean(group, estimate))
             by_time = max(1, math.floor(TARGET_BATCH_SECONDS / per_point))
             by_balance = max(1, math.ceil(len(points) / (MIN_TASKS_PER_WORKER * workers)))
-            size = min(by_time, by_balance)
-        for i in range(0, len(group), size):
+            smallest = max(1, math.ceil(TAIL_BATCH_SECONDS / per_point))
+            sizes = _tapered(len(group), left, min(by_time, by_balance), smallest, workers)
+        left -= len(group)
+        i = 0
+        for size in sizes:
             batches.append(Batch(sha, tuple(group[i : i + size])))
+            i += size
     if ex.batch_size is None and len(batches) == 1 and ex.backend != Backend.dask:
         in_process = True
     sizes = {len(b.points) for b in batches}
@@ -397,6 +411,30 @@ def _plan_batches(
         max(sizes) if sizes else 0,
     )
     return plan
+
+
+def _fixed(n: int, size: int) -> list[int]:
+    """``n`` points in batches of ``size`` (the last one shorter)."""
+    return [min(size, n - i) for i in range(0, n, size)]
+
+
+def _tapered(n: int, left: int, size: int, smallest: int, workers: int) -> list[int]:
+    """Sizes of the batches of ``n`` points, ``left`` points in the plan from the first of
+    them on: ``size`` points each, except that a batch holds no more than the points left
+    divided by :data:`TAPER_PER_WORKER` x ``workers``, and no fewer than ``smallest`` (nor more
+    than remain). With batches of equal size, a worker could start the last one just as the
+    other finished theirs, and replay it alone while the other cores idle; then the main
+    thread writes its part and per-request rows after every replay. Shrinking batches keep
+    the wait for the last ones, and what is written after them, to a few hundredths of a
+    second."""
+    sizes: list[int] = []
+    done = 0
+    while done < n:
+        share = math.ceil((left - done) / (TAPER_PER_WORKER * workers))
+        k = min(n - done, max(smallest, min(size, share)))
+        sizes.append(k)
+        done += k
+    return sizes
 
 
 def _estimates(

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from .files import PendingFile
 from .per_request import (
     PER_REQUEST_WRITE_OPTIONS,
-    PromptTokens,
     SEGMENT_COLUMNS,
+    PromptTokens,
     RowGroupCutter,
     cut_segments,
     has_cost,
