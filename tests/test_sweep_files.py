@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +148,78 @@ def test_per_request_rows_streamed_as_points_finish_are_the_merged_file(
     assert got.read_bytes() == want.read_bytes()
     assert pq.ParquetFile(got).num_row_groups > 1
     assert not list(tmp_path.glob("streamed/**/.*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "executor",
+    [ExecutorConfig(n_jobs=1), ExecutorConfig(n_jobs=2, batch_size=2, backend=Backend.threading)],
+    ids=["in-process", "threads"],
+)
+def test_inputs_written_while_replaying_or_after_an_interrupt_are_the_same_bytes(
+    tmp_path: Path, small_trace: Path, monkeypatch: pytest.MonkeyPatch, executor: ExecutorConfig
+) -> None:
+    # The inputs are written once the first batches replay (sweep.app._while_replaying); a
+    # run stopped before that writes them on its way out, the same bytes, and the next run
+    # finishes as an uninterrupted one would.
+    import sweep.app as app
+
+    def cfg(name: str) -> SweepConfig:
+        c = _config(tmp_path / name, small_trace, None)
+        return dataclasses.replace(c, executor=executor)
+
+    ref = run_sweep(cfg("ref"))
+    assert ref.exit_code == 0
+
+    def stopped(run):  # type: ignore[no-untyped-def]
+        assert not (run.run_dir.path / "traces.parquet").exists()  # not written before
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "_while_replaying", stopped)
+    first = run_sweep(cfg("out"))
+    assert first.interrupted and first.computed == 0
+    out = tmp_path / "out"
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    _assert_same_inputs(out, tmp_path / "ref")
+    monkeypatch.undo()
+    second = run_sweep(cfg("out"))
+    assert second.exit_code == 0 and second.computed == second.planned
+    _assert_same_inputs(out, tmp_path / "ref")
+    got, want = (d / "per_request.parquet" for d in (out, ref.out_dir))
+    assert got.read_bytes() == want.read_bytes()
+
+
+def _assert_same_inputs(out: Path, ref: Path) -> None:
+    for name in ("traces.parquet", "requests.parquet"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    # config.yaml: the same but for out_dir
+    got = (out / "config.yaml").read_text().replace(str(out), str(ref))
+    assert got == (ref / "config.yaml").read_text()
+
+
+def test_a_failed_input_write_while_replaying_stops_the_sweep_in_one_line(
+    tmp_path: Path, small_trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    from sweep import StoreError
+
+    def full(self, traces, block_sizes):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.traces))
+
+    monkeypatch.setattr(RunDir, "save_trace_tables", full)
+    out = tmp_path / "out"
+    cfg = dataclasses.replace(
+        _config(out, small_trace, None),
+        executor=ExecutorConfig(n_jobs=2, batch_size=2, backend=Backend.threading),
+    )
+    with pytest.raises(StoreError, match="no space left on the device") as info:
+        run_sweep(cfg)
+    assert "\n" not in str(info.value) and str(info.value).startswith(f"out_dir={str(out)!r}")
+    doc = json.loads((out / "manifest.json").read_text())
+    assert doc["status"] == "failed" and "no space left" in doc["error"]
+    assert not list(out.glob("**/.*.tmp"))
+    monkeypatch.undo()
+    again = run_sweep(cfg)
+    assert again.exit_code == 0 and again.skipped + again.computed == again.planned
+    _assert_sorted(out)

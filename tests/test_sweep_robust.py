@@ -435,9 +435,9 @@ def test_a_dask_cluster_lost_mid_sweep_keeps_finished_points(
 
     real = app.execute
 
-    def lose_the_cluster(plan, traces, ex, per_request, on_batch, client=None):  # type: ignore[no-untyped-def]
+    def lose_the_cluster(plan, traces, ex, per_request, on_batch, client=None, **kw):  # type: ignore[no-untyped-def]
         first = Plan([plan.batches[0]], 1, True, 1, 0.0)
-        real(first, traces, ex, per_request, on_batch)  # one batch finishes, then the loss
+        real(first, traces, ex, per_request, on_batch, **kw)  # one batch finishes, then the loss
         worker = types.SimpleNamespace(address="tcp://127.0.0.1:4321")
         raise distributed.KilledWorker("run_batch-123", worker, 0)
 

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +31,10 @@ from .grid import Point, assign_points, plan_grid, unused_parameters
 from .inputs import checked_config, load_traces
 from .parts import part_table
 from .run import Batch, Outcome, clear_local_traces, plan_batches, warm_up
-from .signals import file_log, signals_deferred, sigterm_as_interrupt
+from .signals import file_log, interrupt_after, signals_deferred, sigterm_as_interrupt
 from .store import LOG_FILE, RunDir, StoreError, atomic_write_text, describe_os_error
-from .summary import Failure, SweepSummary
+from .store.schemas import results_metadata
+from .summary import Failure, SweepSummary, draw_figures_logged, progress_bar
 
 log = logging.getLogger("sweep")
 
@@ -67,21 +67,6 @@ class _WriteFailed(Exception):
     def __init__(self, error: OSError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _progress(total: int, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        desc="sweep",
-        unit="pt",
-        delay=1.0,
-        disable=None if enabled else True,
-        file=sys.stderr,
-        dynamic_ncols=True,
-        smoothing=0.1,
-    )
 
 
 def run_sweep(
@@ -161,6 +146,10 @@ class _Run:
     overrides: Sequence[str] | None
     release_workers: bool
     setup: CostSetup | None = None
+    config_yaml: str | None = None
+    """``config.yaml`` as given (None: the structured configuration)."""
+    inputs_written: bool = False
+    """traces.parquet, requests.parquet and config.yaml written (:func:`_write_inputs`)."""
     todo: list[Point] = field(default_factory=list)
     """The points this run computes (not yet in the run directory)."""
     stream_per_request: bool = False
@@ -201,13 +190,13 @@ def _run_locked(
     timings: dict[str, float],
 ) -> SweepSummary:
     """The sweep in its locked run directory, as a pipeline: plan the points against what the
-    directory holds, write the inputs, start the manifest, execute, merge the part files,
-    finish the manifest, then report and draw the figures."""
+    directory holds, start the manifest, execute (writing the inputs as the first replays
+    run), merge the part files, finish the manifest, then report and draw the figures."""
     run = _Run(
         cfg, run_dir, traces, started_at, t_start, timings, command, overrides, release_workers
     )
+    run.config_yaml = config_yaml
     _plan_points(run, grid_points, shas)
-    _write_inputs(run, config_yaml)
     _start_manifest(run)
     _execute_todo(run)
     _merge_parts(run)
@@ -241,20 +230,51 @@ def _plan_points(run: _Run, grid_points: Sequence[Any], shas: dict[Any, str]) ->
     )
 
 
-def _write_inputs(run: _Run, config_yaml: str | None) -> None:
+def _write_inputs(run: _Run) -> None:
     """Write what the figures and a later run read: ``traces.parquet``, ``requests.parquet``
-    (for ``run.traces`` at the grid's block sizes) and ``config.yaml`` (``config_yaml``, or the
-    structured configuration when not given)."""
+    (for ``run.traces`` at the grid's block sizes) and ``config.yaml`` (``run.config_yaml``, or
+    the structured configuration when not given). Raises OSError."""
     cfg, run_dir = run.cfg, run.run_dir
-    with _writes_to(run_dir):
-        run_dir.save_trace_tables(list(run.traces.values()), sorted(set(cfg.block_size)))
+    run_dir.save_trace_tables(list(run.traces.values()), sorted(set(cfg.block_size)))
+    config_yaml = run.config_yaml
     if config_yaml is None:
         from . import ranges
         from .config import GRID_KEYS
 
         config_yaml = ranges.structured_yaml(cfg, GRID_KEYS)
-    with _writes_to(run_dir):
-        atomic_write_text(run_dir.config, config_yaml)
+    atomic_write_text(run_dir.config, config_yaml)
+    run.inputs_written = True
+
+
+def _while_replaying(run: _Run) -> None:
+    """The first batches are replaying (or, in process, about to): write the inputs and open the
+    per-request stream now rather than before them. They cost this thread about 0.15-0.4 s of
+    Python holding the GIL (most of it pyarrow's first conversion, which imports pandas) that
+    the replays' own threads need not wait for; the first batch's rows need requests.parquet
+    and the stream, and this runs before any batch is handed back. A failed write stops the
+    sweep like a failed part (:class:`_WriteFailed`)."""
+    with interrupt_after():  # Ctrl-C is likely now: not in the middle of pandas' import
+        try:
+            _write_inputs(run)
+        except OSError as err:
+            raise _WriteFailed(err) from err
+        if run.stream_per_request:
+            _start_stream(run)
+        results_metadata()  # for the final merge: computed now, not after the last replay
+
+
+def _write_inputs_late(run: _Run) -> None:
+    """Write the inputs if :func:`_while_replaying` did not (nothing to replay, or the sweep
+    stopped before its first batch): an interrupted run's directory has them too."""
+    if run.inputs_written or run.write_error is not None:
+        return
+    try:
+        with interrupt_after():  # not cut in the middle of an import the merge needs
+            _write_inputs(run)
+    except OSError as err:
+        run.write_error = err
+    except KeyboardInterrupt:
+        run.summary.interrupted = True
 
 
 def _start_manifest(run: _Run) -> None:
@@ -338,10 +358,11 @@ def _execute_todo(run: _Run) -> None:
     """Replay ``run.todo``, writing a part file per finished batch (:func:`_on_batch`). Ctrl-C,
     a failed write, a setup error or a broken executor end it, recorded in ``run`` (what
     finished is kept); sets the execute, replay and worker timings."""
-    bar = _progress(len(run.todo), run.cfg.progress)
+    bar = progress_bar(len(run.todo), run.cfg.progress)
     try:
         if run.todo:
-            _execute_plan(run, functools.partial(_on_batch, run, bar))
+            on_batch = functools.partial(_on_batch, run, bar)
+            _execute_plan(run, on_batch, functools.partial(_while_replaying, run))
     except KeyboardInterrupt:
         run.summary.interrupted = True
     except _WriteFailed as err:
@@ -356,11 +377,15 @@ def _execute_todo(run: _Run) -> None:
         if not math.isnan(run.t_execute):
             run.timings["execute_seconds"] = time.perf_counter() - run.t_execute
         run.timings["replay_seconds"] = run.replay_seconds
+    _write_inputs_late(run)
 
 
-def _execute_plan(run: _Run, on_batch: Callable[[Batch, list[Outcome]], None]) -> None:
+def _execute_plan(
+    run: _Run, on_batch: Callable[[Batch, list[Outcome]], None], on_started: Callable[[], None]
+) -> None:
     """Start the executor (a Dask client if asked), warm the kernels up, plan the batches and
-    run them, calling ``on_batch`` as each finishes. Sets ``run.executor_info``."""
+    run them, calling ``on_started`` once the first are running and ``on_batch`` as each
+    finishes. Sets ``run.executor_info``."""
     ex, timings = run.cfg.executor, run.timings
     with contextlib.ExitStack() as stack:
         client = None
@@ -369,8 +394,6 @@ def _execute_plan(run: _Run, on_batch: Callable[[Batch, list[Outcome]], None]) -
             client = stack.enter_context(dask_client(ex))
             timings["cluster_start_seconds"] = time.perf_counter() - t
         workers = effective_workers(ex, client)
-        if run.stream_per_request:
-            _start_stream(run)
         t_warm = time.perf_counter()
         cost = warm_up(run.traces, run.todo)
         timings["warm_up_seconds"] = time.perf_counter() - t_warm
@@ -397,7 +420,9 @@ def _execute_plan(run: _Run, on_batch: Callable[[Batch, list[Outcome]], None]) -
             try:
                 # the cost columns need every point's hit tokens, saved or not
                 keep_hits = run.cfg.save_per_request or run.setup is not None
-                execute(plan, run.traces, ex, keep_hits, on_batch, client=client)
+                execute(
+                    plan, run.traces, ex, keep_hits, on_batch, client=client, on_started=on_started
+                )
             finally:
                 if run.release_workers and ex.backend == Backend.loky and not plan.in_process:
                     release_loky_workers()
@@ -542,29 +567,5 @@ def _report(run: _Run) -> SweepSummary:
         )
     plot = run.cfg.plot
     if plot.enabled and summary.rows and not summary.interrupted:
-        _draw_figures(run_dir, plot.formats, plot.capacity_axis)
+        draw_figures_logged(run_dir.path, plot.formats, plot.capacity_axis)
     return summary
-
-
-def _draw_figures(run_dir: RunDir, formats: list[str], capacity_axis: str) -> None:
-    """The run's figures; a plotting problem is logged, never lost results or a failed sweep."""
-    from .figures import draw_figures
-
-    t = time.perf_counter()
-    try:
-        report = draw_figures(run_dir.path, formats=formats, capacity_axis=capacity_axis)
-    except Exception as err:  # the numbers are written; say what went wrong and how to retry
-        log.error(
-            "figures failed (%s: %s); the results are complete; retry: python -m sweep.plot %s",
-            type(err).__name__,
-            err,
-            run_dir.path,
-        )
-        return
-    log.info(
-        "figures: %d in %s (%.1f s)%s",
-        len(report.drawn),
-        run_dir.path / "figures",
-        time.perf_counter() - t,
-        f"; {len(report.unchanged)} unchanged (same results)" if report.unchanged else "",
-    )

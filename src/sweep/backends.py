@@ -152,6 +152,7 @@ def _execute_on_dask(
     per_request: bool,
     on_batch: Callable[[Batch, list[Outcome]], None],
     client: Any,
+    on_started: Callable[[], None],
 ) -> None:
     """The batches as Dask futures, at most ``plan.workers`` in flight, the traces scattered
     once. Not through joblib's Dask backend: when a worker dies under a task, the scheduler
@@ -173,6 +174,7 @@ def _execute_on_dask(
     first = [submit(b) for b in itertools.islice(pending, plan.workers)]
     running = as_completed(first, loop=client.loop)  # not the default client: this one
     try:
+        on_started()
         for future in running:
             outcomes = future.result()  # raises what killed the task (KilledWorker, ...)
             on_batch(batch_of.pop(future), outcomes)
@@ -190,15 +192,19 @@ def execute(
     per_request: bool,
     on_batch: Callable[[Batch, list[Outcome]], None],
     client: Any = None,
+    on_started: Callable[[], None] = lambda: None,
 ) -> None:
     """Run every batch of ``plan``; ``on_batch`` is called in this process as each finishes (in
-    completion order). KeyboardInterrupt propagates after the workers are stopped."""
+    completion order), ``on_started`` once, in this thread, after the first batches are handed
+    to the workers (in process: before the first) and before any ``on_batch``. What either
+    raises, and KeyboardInterrupt, propagates after the workers are stopped."""
     if plan.in_process:
+        on_started()
         for batch in plan.batches:
             on_batch(batch, run_batch(traces[batch.trace_sha256], batch.items(), per_request))
         return
     if ex.backend == Backend.dask and client is not None:
-        _execute_on_dask(plan, traces, per_request, on_batch, client)
+        _execute_on_dask(plan, traces, per_request, on_batch, client, on_started)
         return
     import joblib
 
@@ -226,6 +232,7 @@ def execute(
         with _children_immune_to_ctrl_c():
             results = parallel(calls)  # starts the workers and dispatches the first batches
         try:
+            on_started()
             for outcomes in results:
                 on_batch(by_first_id[outcomes[0].point_id], outcomes)
         finally:

@@ -372,19 +372,19 @@ def _plan_batches(
     for sha, group in by_trace.items():
         group.sort(key=by_id)
         if ex.batch_size is not None:
-            sizes = _fixed(len(group), ex.batch_size)
+            cuts = _fixed(len(group), ex.batch_size)
         elif in_process:
             size = max(1, math.ceil(TARGET_BATCH_SECONDS / max(1e-9, _mean(group, estimate))))
-            sizes = _fixed(len(group), size)
+            cuts = _fixed(len(group), size)
         else:
             per_point = max(1e-9, _mean(group, estimate))
             by_time = max(1, math.floor(TARGET_BATCH_SECONDS / per_point))
             by_balance = max(1, math.ceil(len(points) / (MIN_TASKS_PER_WORKER * workers)))
             smallest = max(1, math.ceil(TAIL_BATCH_SECONDS / per_point))
-            sizes = _tapered(len(group), left, min(by_time, by_balance), smallest, workers)
+            cuts = _tapered(len(group), left, min(by_time, by_balance), smallest, workers)
         left -= len(group)
         i = 0
-        for size in sizes:
+        for size in cuts:
             batches.append(Batch(sha, tuple(group[i : i + size])))
             i += size
     if ex.batch_size is None and len(batches) == 1 and ex.backend != Backend.dask:

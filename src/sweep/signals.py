@@ -39,6 +39,31 @@ def signals_deferred() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def interrupt_after() -> Iterator[None]:
+    """Hold back SIGINT and SIGTERM during a short step that must not be cut in the middle
+    (an import cut short leaves a half-initialised module that fails at its next import, the
+    final merge's), then stop as they would have: KeyboardInterrupt at the end of the step."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if received:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops the sweep like Ctrl-C (finished batches are kept)."""
     import threading
