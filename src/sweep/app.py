@@ -233,8 +233,9 @@ def _plan_points(run: _Run, grid_points: Sequence[Any], shas: dict[Any, str]) ->
 def _write_inputs(run: _Run) -> None:
     """Write what the figures and a later run read: ``traces.parquet``, ``requests.parquet``
     (for ``run.traces`` at the grid's block sizes) and ``config.yaml`` (``run.config_yaml``, or
-    the structured configuration when not given). Raises OSError."""
+    the structured configuration when not given); sets ``inputs_seconds``. Raises OSError."""
     cfg, run_dir = run.cfg, run.run_dir
+    t = time.perf_counter()
     run_dir.save_trace_tables(list(run.traces.values()), sorted(set(cfg.block_size)))
     config_yaml = run.config_yaml
     if config_yaml is None:
@@ -244,6 +245,7 @@ def _write_inputs(run: _Run) -> None:
         config_yaml = ranges.structured_yaml(cfg, GRID_KEYS)
     atomic_write_text(run_dir.config, config_yaml)
     run.inputs_written = True
+    run.timings["inputs_seconds"] = time.perf_counter() - t
 
 
 def _while_replaying(run: _Run) -> None:
@@ -446,7 +448,9 @@ def _on_batch(run: _Run, bar: Any, batch: Batch, outcomes: list[Outcome]) -> Non
         first = time.perf_counter() - run.t_execute
         timings["first_result_seconds"] = first
         # start-up of the workers, roughly: the wait for the first batch beyond its replays
-        timings["worker_start_seconds"] = max(0.0, first - sum(o.seconds for o in outcomes))
+        # and the inputs, which this thread writes first (_while_replaying)
+        waited = first - timings.get("inputs_seconds", 0.0) - sum(o.seconds for o in outcomes)
+        timings["worker_start_seconds"] = max(0.0, waited)
     by_id = {p.point_id: p for p in batch.points}
     ok = [o for o in outcomes if o.error is None]
     failed = [o.point_id for o in outcomes if o.error is not None]
