@@ -11,7 +11,6 @@ import contextlib
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .files import PARQUET_COMPRESSION, atomic_parquet, conform, read_parquet, read_part
@@ -75,6 +74,8 @@ def _merged_results(results: Path, new_results: pa.Table) -> pa.Table:
     if old is not None:
         old = conform(old, RESULT_SCHEMA)
         superseded = new_results.column("point_key").combine_chunks()
+        import pyarrow.compute as pc  # here: 0.04 s of import the sweep's start need not wait for
+
         keep = pc.invert(pc.is_in(old.column("point_key"), value_set=superseded))
         merged = pa.concat_tables([old.filter(keep), new_results])
     else:
