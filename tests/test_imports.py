@@ -30,3 +30,14 @@ def test_the_package_attribute_replay_is_the_function_whatever_was_imported_firs
         "print(replay is prefixsim.replay)"
     )
     assert out.splitlines() == ["True replay", "True"]
+
+
+def test_the_sweep_imports_what_its_first_replay_does_not_need_later() -> None:
+    # Everything imported before the first replay holds it up (docs/performance.md): the
+    # cluster engine (cluster points only) and pyarrow.compute (the final merge, a segment's
+    # per-request rows) are imported where they are used.
+    out = run(
+        "import sys, sweep.app\n"
+        "print('prefixsim.cluster' in sys.modules, 'pyarrow.compute' in sys.modules)"
+    )
+    assert out == "False False"

@@ -21,24 +21,22 @@ import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 import prefixsim
 from prefixsim import PolicyParams, Trace
-from prefixsim.cluster import (
-    ClusterResult,
-    LoadModel,
-    RouterParams,
-    get_router,
-    make_router,
-    replay_cluster_params,
-)
 
 from .config import ROUTER_PARAM_KEYS
 from .costing import as_profile
 from .values import unique
+
+if TYPE_CHECKING:
+    from prefixsim.cluster import ClusterResult, LoadModel, RouterParams
+
+# prefixsim.cluster (its kernels, routers and load model) is imported by the functions that
+# use it: a sweep without cluster points does not wait 0.03 s for it before its first replay.
 
 log = logging.getLogger("sweep")
 
@@ -109,6 +107,8 @@ def load_model_of(cfg: Any) -> LoadModel:
     if hardware is None:
         log.info("cluster points: no hardware given; the load model uses %s", DEFAULT_LOAD_HARDWARE)
         hardware = DEFAULT_LOAD_HARDWARE
+    from prefixsim.cluster import LoadModel
+
     return LoadModel(
         model,
         hardware,
@@ -124,6 +124,8 @@ def cluster_specs(cfg: Any) -> list[ClusterSpec | None]:
     routers = getattr(cfg, "router", None)
     if instances is None and routers is None:
         return [None]
+    from prefixsim.cluster import get_router, make_router
+
     names = unique(routers if routers is not None else ["round_robin"])
     specs_by_name = {name: get_router(name) for name in names}  # an unknown name fails first
     load = load_model_of(cfg)
@@ -142,6 +144,8 @@ def cluster_specs(cfg: Any) -> list[ClusterSpec | None]:
 def run_point(
     trace: Trace, params: PolicyParams, block_size: int, spec: ClusterSpec
 ) -> ClusterResult:
+    from prefixsim.cluster import replay_cluster_params
+
     return replay_cluster_params(
         trace, params, block_size, spec.instances, spec.router, spec.load
     )  # fmt: skip
