@@ -258,6 +258,7 @@ def main() -> None:
                 print(f"  {key.removesuffix('_seconds'):<28}{t.get(key, 0):8.2f} s")
             print(f"  execute (workers + replays) {t['execute_seconds']:8.2f} s")
             print(f"    of which worker start-up  {worker_start:8.2f} s")
+            print(f"  inputs, beside the replays  {t.get('inputs_seconds', 0):8.2f} s")
             print(f"  write Parquet (consolidate) {t['write_seconds']:8.2f} s")
             print(f"replay time, summed           {t['replay_seconds']:8.2f} s  "
                   f"({t['replay_seconds'] / n_points * 1e3:.2f} ms/point)")  # fmt: skip
