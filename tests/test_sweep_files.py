@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import prefixsim
 import sweep.store
@@ -223,3 +225,48 @@ def test_a_failed_input_write_while_replaying_stops_the_sweep_in_one_line(
     again = run_sweep(cfg)
     assert again.exit_code == 0 and again.skipped + again.computed == again.planned
     _assert_sorted(out)
+
+
+@given(
+    n_requests=st.integers(1, 9),
+    segments=st.lists(st.integers(1, 5), min_size=1, max_size=6),
+    row_group=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=200, deadline=None)
+def test_rows_built_straight_into_row_groups_are_the_cut_segment_rows(
+    n_requests: int, segments: list[int], row_group: int, seed: int
+) -> None:
+    # The stream's RowGroupBuilder (the fast path) against _Segment.rows re-cut by
+    # RowGroupCutter (the merge's path): the same row groups, table for table.
+    import pyarrow as pa
+
+    from sweep.store.per_request import RowGroupBuilder, RowGroupCutter, _Segment
+    from sweep.store.schemas import PER_REQUEST_SCHEMA
+
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, 10_000, n_requests).astype(np.int64)
+    cutter, builder = RowGroupCutter(row_group), RowGroupBuilder(row_group)
+    want: list[pa.Table] = []
+    got: list[pa.Table] = []
+    first = 0
+    for k in segments:
+        ids = np.arange(first, first + k, dtype=np.int64)
+        first += k + int(rng.integers(0, 3))  # gaps between segments, as old points make
+        hits = [rng.integers(0, 10_000, n_requests).astype(np.int64) for _ in range(k)]
+        table = pa.table(
+            {
+                "point_id": ids,
+                "trace_sha256": ["t"] * k,
+                "hit_tokens": pa.array([h.tolist() for h in hits], pa.list_(pa.int64())),
+            }
+        )
+        segment = _Segment(int(ids[0]), table)
+        want += cutter.push(segment.rows(lambda sha: prompt, PER_REQUEST_SCHEMA))
+        got += builder.push(segment, lambda sha: prompt)
+    want += [t for t in [cutter.rest()] if t is not None]
+    got += [t for t in [builder.rest()] if t is not None]
+    assert [t.num_rows for t in got] == [t.num_rows for t in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.equals(w, check_metadata=True)
+        assert all(c.num_chunks == 1 for c in g.columns)

@@ -31,6 +31,7 @@ from .per_request import (
     PER_REQUEST_WRITE_OPTIONS,
     SEGMENT_COLUMNS,
     PromptTokens,
+    RowGroupBuilder,
     RowGroupCutter,
     cut_segments,
     has_cost,
@@ -64,7 +65,8 @@ class PerRequestStream:
         self._with_cost = with_cost
         self._schema = per_request_schema(with_cost)
         self._prompt_tokens = PromptTokens(requests)
-        self._cutter = RowGroupCutter(row_group)
+        self._cutter = RowGroupCutter(row_group)  # rows with cost columns
+        self._builder = RowGroupBuilder(row_group)  # rows without
         self._file: PendingFile | None = file
         self._writer = writer
 
@@ -161,7 +163,11 @@ class PerRequestStream:
         if not ready:
             return
         for segment in cut_segments(ready, np.zeros(0, np.int64)):
-            for group in self._cutter.push(segment.rows(self._prompt_tokens, self._schema)):
+            if self._with_cost:
+                groups = self._cutter.push(segment.rows(self._prompt_tokens, self._schema))
+            else:
+                groups = self._builder.push(segment, self._prompt_tokens)
+            for group in groups:
                 self._writer.write_table(group, row_group_size=group.num_rows)
 
     def commit(self) -> None:
@@ -169,7 +175,7 @@ class PerRequestStream:
         if not self.complete or self._file is None:
             raise RuntimeError("per-request stream committed before every point finished")
         try:
-            last = self._cutter.rest()
+            last = self._cutter.rest() if self._with_cost else self._builder.rest()
             if last is not None:
                 self._writer.write_table(last, row_group_size=last.num_rows)
             self._writer.close()
