@@ -53,6 +53,7 @@ from .base import (
     PolicySpec,
     ReferencePolicy,
     check_int,
+    ix,
     register,
     zeroed_state,
 )
@@ -261,51 +262,51 @@ def s3fifo_kernel(
     g_head = g_used = g_len = 0  # g_used: live entries and tombstones from g_head on
     g_size = g_ring.shape[0]
     ghost_cap = main_cap
-    saturated = max_freq * 4  # st[h] < saturated  <=>  freq < max_freq (where < 4)
+    saturated = max_freq * 4  # st[ix(h)] < saturated  <=>  freq < max_freq (where < 4)
     hits = 0
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # The longest resident prefix, each of its blocks accessed (a hit) as it is counted.
         i = start
         while i < end:
-            h = block_ids[i]
-            s = st[h]
+            h = block_ids[ix(i)]
+            s = st[ix(h)]
             if not s & 2:
                 break
             if s < saturated:
-                st[h] = s + 4
+                st[ix(h)] = s + 4
             i += 1
         hits += i - start
-        hit_tokens[r] = min((i - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((i - start) * block_size, input_lengths[ix(r)])
         # Then the remaining blocks, from the first miss on, hit or miss, in order.
         for j in range(i, end):
-            h = block_ids[j]
-            s = st[h]
+            h = block_ids[ix(j)]
+            s = st[ix(h)]
             if s & 2:  # in S or M: a hit
                 hits += 1
                 if s < saturated:
-                    st[h] = s + 4
+                    st[ix(h)] = s + 4
                 continue
             to_g = -1  # the block this access evicts into G, if any
             to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
             to_m_freq = 0
             if s & 1:  # in G: a ghost hit re-admits h to M with ghost_freq
                 cnt[2] += 1  # ghost_hits
-                g_ring[s >> 2] = -1  # tombstone
+                g_ring[ix(s >> 2)] = -1  # tombstone
                 g_len -= 1
                 to_m = h
                 to_m_freq = ghost_freq
             else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
                 if s_len >= small_cap:
-                    victim = s_ring[s_head]
+                    victim = s_ring[ix(s_head)]
                     s_head += 1
                     if s_head == small_cap:
                         s_head = 0
                     s_len -= 1
-                    vs = st[victim]
+                    vs = st[ix(victim)]
                     if vs >= 4:
                         cnt[3] += 1  # promotions
                         to_m = victim
@@ -315,41 +316,41 @@ def s3fifo_kernel(
                 pos = s_head + s_len
                 if pos >= small_cap:
                     pos -= small_cap
-                s_ring[pos] = h
+                s_ring[ix(pos)] = h
                 s_len += 1
-                st[h] = _IN_S  # freq 0
+                st[ix(h)] = _IN_S  # freq 0
             if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
                 if m_len >= main_cap:
                     while True:
-                        victim = m_ring[m_head]
+                        victim = m_ring[ix(m_head)]
                         m_head += 1
                         if m_head == main_cap:
                             m_head = 0
-                        vs = st[victim]
+                        vs = st[ix(victim)]
                         if vs < 4:  # freq 0
                             break
                         # M is full, so its tail slot is the old head slot: the victim is
                         # already requeued at the tail by advancing the head; freq - 1.
-                        st[victim] = vs - 4
+                        st[ix(victim)] = vs - 4
                     m_len -= 1
                     to_g = victim
                 pos = m_head + m_len
                 if pos >= main_cap:
                     pos -= main_cap
-                m_ring[pos] = to_m
+                m_ring[ix(pos)] = to_m
                 m_len += 1
-                st[to_m] = to_m_freq * 4 + _IN_M
+                st[ix(to_m)] = to_m_freq * 4 + _IN_M
             if to_g >= 0:  # insert_to_G (a victim of S or M, so never already in G)
                 if g_len >= ghost_cap:
                     # drop G's oldest live entry (there is one: g_len >= 1), tombstones with it
                     while True:
-                        old = g_ring[g_head]
+                        old = g_ring[ix(g_head)]
                         g_head += 1
                         if g_head == g_size:
                             g_head = 0
                         g_used -= 1
                         if old >= 0:
-                            st[old] = _NONE
+                            st[ix(old)] = _NONE
                             g_len -= 1
                             break
                 if g_used == g_size:
@@ -357,11 +358,11 @@ def s3fifo_kernel(
                     # g_len < ghost_cap here, so at least ghost_cap + 1 slots come free.
                     rd = wr = g_head
                     for _ in range(g_used):
-                        x = g_ring[rd]
+                        x = g_ring[ix(rd)]
                         if x >= 0:
                             if wr != rd:
-                                g_ring[wr] = x
-                                st[x] = wr * 4 + _IN_G
+                                g_ring[ix(wr)] = x
+                                st[ix(x)] = wr * 4 + _IN_G
                             wr += 1
                             if wr == g_size:
                                 wr = 0
@@ -372,13 +373,13 @@ def s3fifo_kernel(
                 pos = g_head + g_used
                 if pos >= g_size:
                     pos -= g_size
-                g_ring[pos] = to_g
-                st[to_g] = pos * 4 + _IN_G
+                g_ring[ix(pos)] = to_g
+                st[ix(to_g)] = pos * 4 + _IN_G
                 g_used += 1
                 g_len += 1
     cnt[0] += hits
     # evictions: every miss puts one block into S ∪ M, every eviction takes one out
-    cnt[1] += (offsets[n_requests] - offsets[0]) - hits - (s_len + m_len)
+    cnt[1] += (offsets[ix(n_requests)] - offsets[0]) - hits - (s_len + m_len)
     return hit_tokens, s_len + m_len
 
 
