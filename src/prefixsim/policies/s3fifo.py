@@ -222,7 +222,14 @@ class S3FIFOReference(ReferencePolicy):
 # parameter), int64 otherwise (:func:`_kernel_state`): the values are exact either way.
 #
 # S and M are ring buffers of exactly small_cap / main_cap slots: only their heads are removed,
-# so a ring suffices, and requeueing the head of a full M is just advancing the head.
+# so a ring suffices, and requeueing the head of a full M is just advancing the head. Neither
+# ever shrinks (S loses its head only to admit a block, M evicts exactly one block per
+# admission once full), so each fills once and then stays full: its slots start at -1 (empty),
+# one position per ring is both its head and where its next entry goes (a full ring's tail
+# slot is the one its head just left), and popping a -1 means "not full yet, nothing leaves".
+# The final sizes follow from the admissions counted anyway: |S| = min(misses - ghost hits,
+# small_cap), |M| = min(promotions + ghost hits, main_cap). One position instead of a head and a
+# length per ring frees two registers in the loop and measured 1.14-1.26x on the bundled trace.
 # G loses entries from the middle too (a ghost hit), so it is a ring of ``2 * ghost_cap`` slots
 # with tombstones: a ghost hit overwrites the block's slot with -1 (found through ``st``), popping
 # G's oldest entry skips tombstones, and when the ring is full of live entries and tombstones
@@ -258,7 +265,8 @@ def s3fifo_kernel(
     block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
     small_cap, main_cap, max_freq, ghost_freq, st, g_ring, s_ring, m_ring,
 ):  # fmt: skip
-    s_head = s_len = m_head = m_len = 0
+    s_pos = m_pos = 0  # the slot of S's (M's) head, which is also where its next entry goes
+    ghost_hits = promotions = 0
     g_head = g_used = g_len = 0  # g_used: live entries and tombstones from g_head on
     g_size = g_ring.shape[0]
     ghost_cap = main_cap
@@ -294,51 +302,43 @@ def s3fifo_kernel(
             to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
             to_m_freq = 0
             if s & 1:  # in G: a ghost hit re-admits h to M with ghost_freq
-                cnt[2] += 1  # ghost_hits
+                ghost_hits += 1
                 g_ring[ix(s >> 2)] = -1  # tombstone
                 g_len -= 1
                 to_m = h
                 to_m_freq = ghost_freq
             else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
-                if s_len >= small_cap:
-                    victim = s_ring[ix(s_head)]
-                    s_head += 1
-                    if s_head == small_cap:
-                        s_head = 0
-                    s_len -= 1
+                victim = s_ring[ix(s_pos)]  # S's head, or -1 while S is filling
+                s_ring[ix(s_pos)] = h  # h takes the head's slot: the tail of a full ring
+                s_pos += 1
+                if s_pos == small_cap:
+                    s_pos = 0
+                st[ix(h)] = _IN_S  # freq 0
+                if victim >= 0:
                     vs = st[ix(victim)]
                     if vs >= 4:
-                        cnt[3] += 1  # promotions
+                        promotions += 1
                         to_m = victim
                         to_m_freq = vs >> 2
                     else:
                         to_g = victim
-                pos = s_head + s_len
-                if pos >= small_cap:
-                    pos -= small_cap
-                s_ring[ix(pos)] = h
-                s_len += 1
-                st[ix(h)] = _IN_S  # freq 0
             if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
-                if m_len >= main_cap:
-                    while True:
-                        victim = m_ring[ix(m_head)]
-                        m_head += 1
-                        if m_head == main_cap:
-                            m_head = 0
-                        vs = st[ix(victim)]
-                        if vs < 4:  # freq 0
-                            break
-                        # M is full, so its tail slot is the old head slot: the victim is
-                        # already requeued at the tail by advancing the head; freq - 1.
-                        st[ix(victim)] = vs - 4
-                    m_len -= 1
-                    to_g = victim
-                pos = m_head + m_len
-                if pos >= main_cap:
-                    pos -= main_cap
-                m_ring[ix(pos)] = to_m
-                m_len += 1
+                victim = m_ring[ix(m_pos)]  # M's head, or -1 while M is filling
+                while victim >= 0:
+                    vs = st[ix(victim)]
+                    if vs < 4:  # freq 0: evicted to G, to_m takes its slot
+                        to_g = victim
+                        break
+                    # requeued at the tail, which in a full ring is its own slot; freq - 1
+                    st[ix(victim)] = vs - 4
+                    m_pos += 1
+                    if m_pos == main_cap:
+                        m_pos = 0
+                    victim = m_ring[ix(m_pos)]
+                m_ring[ix(m_pos)] = to_m
+                m_pos += 1
+                if m_pos == main_cap:
+                    m_pos = 0
                 st[ix(to_m)] = to_m_freq * 4 + _IN_M
             if to_g >= 0:  # insert_to_G (a victim of S or M, so never already in G)
                 if g_len >= ghost_cap:
@@ -377,10 +377,15 @@ def s3fifo_kernel(
                 st[ix(to_g)] = pos * 4 + _IN_G
                 g_used += 1
                 g_len += 1
+    misses = (offsets[ix(n_requests)] - offsets[0]) - hits
+    # S and M never shrink: each fills to its size, then every admission evicts one entry
+    final = min(misses - ghost_hits, small_cap) + min(promotions + ghost_hits, main_cap)
     cnt[0] += hits
     # evictions: every miss puts one block into S ∪ M, every eviction takes one out
-    cnt[1] += (offsets[ix(n_requests)] - offsets[0]) - hits - (s_len + m_len)
-    return hit_tokens, s_len + m_len
+    cnt[1] += misses - final
+    cnt[2] += ghost_hits
+    cnt[3] += promotions
+    return hit_tokens, final
 
 
 def _kernel_args(p: S3FIFOParams) -> tuple[int, int, int, int]:
@@ -390,16 +395,17 @@ def _kernel_args(p: S3FIFOParams) -> tuple[int, int, int, int]:
 def _kernel_state(
     p: S3FIFOParams, n_blocks: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``st`` (all in no queue), G's ring (``2 * ghost_cap`` slots), S's and M's rings; the rings
-    start uninitialised: a slot is read only after a write put an entry there."""
+    """``st`` (all in no queue), G's ring (``2 * ghost_cap`` slots), S's and M's rings. S's and M's
+    slots start at -1 (empty: the kernel pops them while the queue fills); G's ring starts
+    uninitialised: a slot of it is read only after a write put an entry there."""
     g_size = 2 * p.ghost_cap
     small = max(p.max_freq, g_size) < _INT32_MAX_FIELD
     st = zeroed_state(n_blocks, np.int32 if small else np.int64)
     return (
         st,
         np.empty(g_size, np.int32),
-        np.empty(p.small_cap, np.int32),
-        np.empty(p.main_cap, np.int32),
+        np.full(p.small_cap, -1, np.int32),
+        np.full(p.main_cap, -1, np.int32),
     )
 
 
