@@ -210,7 +210,7 @@ class S3FIFOReference(ReferencePolicy):
 # Per-block state, indexed by dense block id, is one integer ``st[h] = x * 4 + where``:
 #
 #   where  0: in no queue (never seen, or dropped from G)     x = 0
-#          1: in G                                            x = h's slot in ``g_ring``
+#          1: in G                                            x = h's slot in ``ring``
 #          2: in S                                            x = freq
 #          3: in M                                            x = freq
 #
@@ -218,7 +218,7 @@ class S3FIFOReference(ReferencePolicy):
 # at max_freq: ``st[h] < max_freq * 4`` exactly when freq < max_freq, and nothing is written once
 # it is saturated), and freq lives in the cache line the residency test has just loaded. A block
 # leaves G only to M (a ghost hit, which sets its freq) or to nowhere, so G never needs its freq.
-# ``st`` is int32 when ``4 * max_freq + 3`` and ``4 * len(g_ring) + 1`` fit (every realistic
+# ``st`` is int32 when ``4 * max_freq + 3`` and ``4 * len(ring) + 1`` fit (every realistic
 # parameter), int64 otherwise (:func:`_kernel_state`): the values are exact either way.
 #
 # S and M are ring buffers of exactly small_cap / main_cap slots: only their heads are removed,
@@ -237,6 +237,11 @@ class S3FIFOReference(ReferencePolicy):
 # (``st`` follows each moved one). This replaced a doubly linked list threaded through two more
 # int32 per block: same order, same removals, but no per-block links (1.1 GB fewer at 142M
 # distinct blocks) and no pointer chasing on every ghost insertion and eviction.
+#
+# The three rings are one array, ``ring``: S in ``[0, small_cap)``, M in ``[small_cap,
+# capacity)``, G in ``[capacity, capacity + 2 * ghost_cap)``, each position kept absolute. One
+# base address instead of three is one register fewer in the loop (6-7% fewer instructions
+# under valgrind, about 5% faster over a sample of the 1,008-point grid).
 #
 # One access evicts at most one block into G (S's cold head, or M's victim after a promotion
 # or a ghost hit), so the miss path is straight-line code: admit to S (or take the ghost hit),
@@ -263,14 +268,18 @@ _INT32_MAX_FIELD = 2**29  # x * 4 + 3 <= 2**31 - 1 for every x < 2**29
 @njit(cache=True, nogil=True)
 def s3fifo_kernel(
     block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
-    small_cap, main_cap, max_freq, ghost_freq, st, g_ring, s_ring, m_ring,
+    small_cap, main_cap, max_freq, ghost_freq, st, ring,
 ):  # fmt: skip
-    s_pos = m_pos = 0  # the slot of S's (M's) head, which is also where its next entry goes
+    capacity = small_cap + main_cap
+    s_pos = 0  # the slot of S's (M's) head, which is also where its next entry goes
+    m_pos = small_cap
     ghost_hits = promotions = 0
-    g_head = g_used = g_len = 0  # g_used: live entries and tombstones from g_head on
-    g_size = g_ring.shape[0]
+    g_head = capacity  # G's slots are ring[capacity:g_end]
+    g_used = g_len = 0  # g_used: live entries and tombstones from g_head on
+    g_end = ring.shape[0]
+    g_size = g_end - capacity
     ghost_cap = main_cap
-    saturated = max_freq * 4  # st[ix(h)] < saturated  <=>  freq < max_freq (where < 4)
+    saturated = max_freq * 4  # st[h] < saturated  <=>  freq < max_freq (where < 4)
     hits = 0
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
@@ -303,13 +312,13 @@ def s3fifo_kernel(
             to_m_freq = 0
             if s & 1:  # in G: a ghost hit re-admits h to M with ghost_freq
                 ghost_hits += 1
-                g_ring[ix(s >> 2)] = -1  # tombstone
+                ring[ix(s >> 2)] = -1  # tombstone
                 g_len -= 1
                 to_m = h
                 to_m_freq = ghost_freq
             else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
-                victim = s_ring[ix(s_pos)]  # S's head, or -1 while S is filling
-                s_ring[ix(s_pos)] = h  # h takes the head's slot: the tail of a full ring
+                victim = ring[ix(s_pos)]  # S's head, or -1 while S is filling
+                ring[ix(s_pos)] = h  # h takes the head's slot: the tail of a full ring
                 s_pos += 1
                 if s_pos == small_cap:
                     s_pos = 0
@@ -323,7 +332,7 @@ def s3fifo_kernel(
                     else:
                         to_g = victim
             if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
-                victim = m_ring[ix(m_pos)]  # M's head, or -1 while M is filling
+                victim = ring[ix(m_pos)]  # M's head, or -1 while M is filling
                 while victim >= 0:
                     vs = st[ix(victim)]
                     if vs < 4:  # freq 0: evicted to G, to_m takes its slot
@@ -332,22 +341,22 @@ def s3fifo_kernel(
                     # requeued at the tail, which in a full ring is its own slot; freq - 1
                     st[ix(victim)] = vs - 4
                     m_pos += 1
-                    if m_pos == main_cap:
-                        m_pos = 0
-                    victim = m_ring[ix(m_pos)]
-                m_ring[ix(m_pos)] = to_m
+                    if m_pos == capacity:
+                        m_pos = small_cap
+                    victim = ring[ix(m_pos)]
+                ring[ix(m_pos)] = to_m
                 m_pos += 1
-                if m_pos == main_cap:
-                    m_pos = 0
+                if m_pos == capacity:
+                    m_pos = small_cap
                 st[ix(to_m)] = to_m_freq * 4 + _IN_M
             if to_g >= 0:  # insert_to_G (a victim of S or M, so never already in G)
                 if g_len >= ghost_cap:
                     # drop G's oldest live entry (there is one: g_len >= 1), tombstones with it
                     while True:
-                        old = g_ring[ix(g_head)]
+                        old = ring[ix(g_head)]
                         g_head += 1
-                        if g_head == g_size:
-                            g_head = 0
+                        if g_head == g_end:
+                            g_head = capacity
                         g_used -= 1
                         if old >= 0:
                             st[ix(old)] = _NONE
@@ -358,22 +367,22 @@ def s3fifo_kernel(
                     # g_len < ghost_cap here, so at least ghost_cap + 1 slots come free.
                     rd = wr = g_head
                     for _ in range(g_used):
-                        x = g_ring[ix(rd)]
+                        x = ring[ix(rd)]
                         if x >= 0:
                             if wr != rd:
-                                g_ring[ix(wr)] = x
+                                ring[ix(wr)] = x
                                 st[ix(x)] = wr * 4 + _IN_G
                             wr += 1
-                            if wr == g_size:
-                                wr = 0
+                            if wr == g_end:
+                                wr = capacity
                         rd += 1
-                        if rd == g_size:
-                            rd = 0
+                        if rd == g_end:
+                            rd = capacity
                     g_used = g_len
                 pos = g_head + g_used
-                if pos >= g_size:
+                if pos >= g_end:
                     pos -= g_size
-                g_ring[ix(pos)] = to_g
+                ring[ix(pos)] = to_g
                 st[ix(to_g)] = pos * 4 + _IN_G
                 g_used += 1
                 g_len += 1
@@ -392,21 +401,17 @@ def _kernel_args(p: S3FIFOParams) -> tuple[int, int, int, int]:
     return (p.small_cap, p.main_cap, p.max_freq, p.ghost_freq)
 
 
-def _kernel_state(
-    p: S3FIFOParams, n_blocks: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``st`` (all in no queue), G's ring (``2 * ghost_cap`` slots), S's and M's rings. S's and M's
-    slots start at -1 (empty: the kernel pops them while the queue fills); G's ring starts
-    uninitialised: a slot of it is read only after a write put an entry there."""
-    g_size = 2 * p.ghost_cap
-    small = max(p.max_freq, g_size) < _INT32_MAX_FIELD
+def _kernel_state(p: S3FIFOParams, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """``st`` (all in no queue) and the rings: S's ``small_cap`` slots, M's ``main_cap``, then
+    G's ``2 * ghost_cap``. S's and M's slots start at -1 (empty: the kernel pops them while the
+    queue fills); G's start uninitialised: a slot of it is read only after a write put an entry
+    there."""
+    capacity = p.small_cap + p.main_cap
+    ring = np.empty(capacity + 2 * p.ghost_cap, np.int32)
+    ring[:capacity] = -1
+    small = max(p.max_freq, ring.shape[0]) < _INT32_MAX_FIELD
     st = zeroed_state(n_blocks, np.int32 if small else np.int64)
-    return (
-        st,
-        np.empty(g_size, np.int32),
-        np.full(p.small_cap, -1, np.int32),
-        np.full(p.main_cap, -1, np.int32),
-    )
+    return st, ring
 
 
 SPEC = register(
