@@ -56,14 +56,15 @@ def _package(ref: str) -> Any:
 
 def baseline_kernel(ref: str, policy: str) -> Kernel:
     """``policy``'s kernel at ``ref``, called as ``kernel(block_ids, offsets, input_lengths,
-    n_blocks, block_size, counters, capacity)``: its own parameters (defaults but the
-    capacity) and, where that commit had them, its own working arrays, allocated in the call."""
+    n_blocks, block_size, counters, capacity, **params)``: its own parameters (``params``, for
+    example ``small_ratio=0.05``, the rest defaults) and, where that commit had them, its own
+    working arrays, allocated in the call."""
     pkg = _package(ref)
     spec = pkg.get_policy(policy)
 
     def kernel(block_ids: Any, offsets: Any, lengths: Any, n_blocks: int, block_size: int,
-               cnt: Any, capacity: int) -> tuple[Any, int]:  # fmt: skip
-        params = pkg.make_params(policy, capacity)
+               cnt: Any, capacity: int, **params_: Any) -> tuple[Any, int]:  # fmt: skip
+        params = pkg.make_params(policy, capacity, **params_)
         if hasattr(spec, "kernel_inputs"):
             extra = spec.kernel_inputs(params, n_blocks)
         else:

@@ -5,12 +5,17 @@ second of the kernel (best of --repeat runs) and of the reference (one run) side
 their ratio; plus trace parse time, binary-cache load time, the kernels' first-call time (JIT
 compile or on-disk cache load, reported apart from the replays) and peak memory.
 
-With ``--baseline``, S3FIFO's and LRU's kernels are also timed against those of commit ebaec63
-(imported from that commit by ``baseline_kernels.py``): old and new alternate ``--repeat`` times per
-capacity (checked equal per request first), median by wall time and by the thread's CPU time.
+With ``--baseline [REF]``, S3FIFO's and LRU's kernels are also timed against those of commit REF
+(ebaec63 if not given; imported from that commit by ``baseline_kernels.py``): old and new
+alternate ``--repeat`` times per capacity (checked equal per request first), median by wall time
+and by the thread's CPU time. ``--grid`` adds the S3FIFO points of the 1,008-point grid
+(``bench_command.grid_1008``: 48 capacities from 256 to 131,072 x 5 ``small_ratio`` x 4
+``max_freq``): each point's kernel call (its state's allocation included, as a sweep runs it)
+timed by the thread's CPU time, old and new alternating point by point, the 960 calls summed;
+median of ``--grid-repeat`` sums.
 
     python experiments/bench_replay.py [--trace conversation] [--repeat 5] [--no-reference]
-                                       [--baseline]
+                                       [--baseline [REF]] [--grid] [--grid-repeat 5]
 """
 
 from __future__ import annotations
@@ -19,12 +24,16 @@ import argparse
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from prefixsim import Trace, load_trace, make_params, policy_names, replay_params
 from prefixsim.policies import get_policy
+
+BASELINE = "ebaec63"
+"""The default baseline commit of ``--baseline`` (as ``bench_scale.BASELINE``)."""
 
 CAPACITIES = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
 
@@ -47,8 +56,16 @@ def main() -> None:
     )
     ap.add_argument("--no-reference", action="store_true", help="skip the slow reference runs")
     ap.add_argument(
-        "--baseline", action="store_true", help="S3FIFO and LRU against ebaec63's kernels"
+        "--baseline",
+        nargs="?",
+        const=BASELINE,
+        metavar="REF",
+        help=f"S3FIFO and LRU against the kernels of commit REF (default {BASELINE})",
     )
+    ap.add_argument(
+        "--grid", action="store_true", help="with --baseline: the 960 S3FIFO points of 1,008"
+    )
+    ap.add_argument("--grid-repeat", type=int, default=5)
     args = ap.parse_args()
 
     parse = best_of(lambda: load_trace(args.trace, use_cache=False), 3)
@@ -101,42 +118,58 @@ def main() -> None:
             row += f"{r * 1e3:>10.0f}{n / r / 1e6:>12.2f}{r / k:>9.0f}x"
         print(row)
     if args.baseline:
-        against_baseline(trace, [p for p in ("S3FIFO", "LRU") if p in policies], args.repeat)
+        old = [p for p in ("S3FIFO", "LRU") if p in policies]
+        against_baseline(trace, old, args.repeat, args.baseline)
+        if args.grid and "S3FIFO" in policies:
+            grid_against_baseline(trace, args.grid_repeat, args.baseline)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak memory (max RSS of this process): {peak:.0f} MiB")
 
 
-def against_baseline(trace: Trace, policies: list[str], repeat: int) -> None:
-    """Each policy's kernel against ebaec63's, alternating, median of ``repeat``."""
-    # the experiments folder is on sys.path
-    from baseline_kernels import baseline_kernel
-    from bench_scale import BASELINE
+Run = tuple[float, float, tuple[Any, ...]]
+"""One kernel call: wall seconds, the thread's CPU seconds, (hit_tokens, final size, counters)."""
 
-    old_kernels = {p: baseline_kernel(BASELINE, p) for p in policies}
 
-    def run(policy: str, capacity: int, old: bool) -> tuple[float, float, tuple[Any, ...]]:
+def kernel_runner(trace: Trace, ref: str, policies: list[str]) -> Callable[..., Run]:
+    """``run(policy, capacity, old, **params)``: one call of today's kernel (``old`` False) or
+    REF's, timed, on ``trace`` with block size 512."""
+    from baseline_kernels import baseline_kernel  # the experiments folder is on sys.path
+
+    old_kernels = {p: baseline_kernel(ref, p) for p in policies}
+
+    def run(policy: str, capacity: int, old: bool, **params: Any) -> Run:
         spec = get_policy(policy)
-        params = make_params(policy, capacity)
+        new_params = make_params(policy, capacity, **params)
         cnt = np.zeros(len(spec.counter_names), np.int64)
         inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, 512, cnt)
         wall, cpu = time.perf_counter(), time.thread_time()
         if old:  # allocating the kernel's state is part of its time, old or new
-            out = old_kernels[policy](*inputs, capacity)
+            out = old_kernels[policy](*inputs, capacity, **params)
         else:
-            out = spec.kernel(*inputs, *spec.kernel_inputs(params, trace.n_blocks))
+            out = spec.kernel(*inputs, *spec.kernel_inputs(new_params, trace.n_blocks))
         return time.perf_counter() - wall, time.thread_time() - cpu, (*out, cnt)
 
+    return run
+
+
+def check_equal(new: Run, old: Run, what: object) -> None:
+    """The same hit tokens per request, final size and counters, or stop."""
+    assert np.array_equal(new[2][0], old[2][0]) and new[2][1] == old[2][1], what
+    assert np.array_equal(new[2][2], old[2][2]), what
+
+
+def against_baseline(trace: Trace, policies: list[str], repeat: int, ref: str) -> None:
+    """Each policy's kernel against REF's, alternating, median of ``repeat``."""
+    run = kernel_runner(trace, ref, policies)
     n = trace.n_accesses
-    print(f"\nagainst ebaec63's kernels, alternating, median of {repeat} (M accesses/s)")
+    print(f"\nagainst {ref}'s kernels, alternating, median of {repeat} (M accesses/s)")
     header = (f"{'policy':<8}{'capacity':>9}{'new wall':>10}{'new CPU':>9}"
               f"{'old wall':>10}{'old CPU':>9}{'new/old (CPU)':>15}")  # fmt: skip
     print(header)
     print("-" * len(header))
     for policy in policies:
         for capacity in CAPACITIES:
-            new, old = run(policy, capacity, False)[2], run(policy, capacity, True)[2]
-            assert np.array_equal(new[0], old[0]) and new[1] == old[1], (policy, capacity)
-            assert np.array_equal(new[2], old[2]), (policy, capacity)
+            check_equal(run(policy, capacity, False), run(policy, capacity, True), policy)
             times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
             for rep in range(repeat):
                 for is_old in (rep % 2 == 1, rep % 2 == 0):
@@ -150,6 +183,44 @@ def against_baseline(trace: Trace, policies: list[str], repeat: int) -> None:
                 f"{policy:<8}{capacity:>9,}{rates[0]:>10.1f}{rates[1]:>9.1f}{rates[2]:>10.1f}"
                 f"{rates[3]:>9.1f}{med[True][1] / med[False][1]:>14.2f}x"
             )
+
+
+def grid_points() -> list[dict[str, Any]]:
+    """The S3FIFO points of the 1,008-point grid (``bench_command.grid_1008``)."""
+    from bench_command import MAX_FREQS, SMALL_RATIOS, grid_1008
+
+    overrides = dict(arg.split("=", 1) for arg in grid_1008())
+    capacities = [int(c) for c in overrides["capacity"].split(",")]
+    return [
+        {"capacity": c, "small_ratio": r, "max_freq": f}
+        for c in capacities
+        for r in SMALL_RATIOS
+        for f in MAX_FREQS
+    ]
+
+
+def grid_against_baseline(trace: Trace, repeat: int, ref: str) -> None:
+    """The grid's S3FIFO kernel calls, CPU seconds summed, against REF's; median of ``repeat``."""
+    run = kernel_runner(trace, ref, ["S3FIFO"])
+    points = grid_points()
+    for p in points:  # checked equal first; this also loads both kernels
+        check_equal(run("S3FIFO", old=False, **p), run("S3FIFO", old=True, **p), p)
+    sums: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(repeat):
+        total = {False: 0.0, True: 0.0}
+        for i, p in enumerate(points):
+            for old in (i % 2 == rep % 2, i % 2 != rep % 2):
+                total[old] += run("S3FIFO", old=old, **p)[1]
+        for old, seconds in total.items():
+            sums[old].append(seconds)
+    n = trace.n_accesses * len(points)
+    new, old = statistics.median(sums[False]), statistics.median(sums[True])
+    print(f"\n{len(points)} S3FIFO points of the 1,008-point grid, kernel CPU seconds summed, "
+          f"alternating with {ref}'s point by point, median of {repeat} (min-max)")  # fmt: skip
+    for label, sec, runs in (("new", new, sums[False]), (ref, old, sums[True])):
+        spread = f"({min(runs):.3f}-{max(runs):.3f})"
+        print(f"  {label:<10}{sec:7.3f} s {spread}  {n / sec / 1e6:6.1f}M/s")
+    print(f"  new/old: {old / new:.2f}x")
 
 
 if __name__ == "__main__":

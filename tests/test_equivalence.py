@@ -56,17 +56,19 @@ ring of 2 * 2 = 4 slots with tombstones. Following the specification, one block 
 
  1-4  a b c d   S=[c,d], a then b evicted to G=[a,b] (evictions 2); ring: a@0 b@1
  5-6  a b       ghost hits (2), both to M=[a,b]; G empty; ring: two tombstones
- 7-8  e f       c then d evicted to G=[c,d] (evictions 4); ring: c@2 d@3, full
- 9    c         ghost hit (3) (tombstone @2); M full, a (freq 0) evicted (5) to G=[d,a]:
-                the ring is full, so it is packed: d@0, then a@1
- 10   d         ghost hit (4): the tombstone must land on d's new slot 0; b evicted (6), G=[a,b]
+ 7-8  e f       c then d evicted to G=[c,d] (evictions 4); ring: c@2 d@3, now full of live
+                entries and tombstones, so it is packed: c@0, d@1
+ 9    c         ghost hit (3) (tombstone @0); M full, a (freq 0) evicted (5) to G=[d,a]: a@2
+ 10   d         ghost hit (4): the tombstone must land on d's new slot 1; b evicted (6), G=[a,b]:
+                b@3, the ring is full again and packed: a@0, b@1
  11-14 g h a b  each evicts S's head (e f g h: evictions 7-10) into a full G, which drops its
                 oldest (a b e f): a and b are new again; S=[a,b], G=[g,h]
  15   g         ghost hit (5); c evicted from M (11): M=[d,g], G=[h,c]
  16   d         a hit in M: the only request with hit tokens (16, its whole input)
 
 A kernel that left d's slot stale when packing the ring would tombstone slot 3 at request 10,
-later drop d from G while it is in M, and miss at request 16."""
+keep d live in G while it is in M, later drop it from G (clearing its state), and miss at
+request 16."""
 
 
 def test_s3fifo_ghost_ring_packing() -> None:

@@ -216,6 +216,17 @@ class ReferencePolicy(ABC):
 
 Kernel = Callable[..., tuple[np.ndarray, int]]
 
+ix = np.uintp
+"""``a[ix(i)]`` in a kernel: index with ``i`` cast to unsigned. With a signed index numba applies
+Python's negative-index rule (``i + len(a)`` when ``i < 0``), three more instructions in the
+address of every load and store, on the critical path of the chains of dependent loads a replay
+is made of (block id, then its state, then a queue's victim, then the victim's state); with an
+unsigned index it is a plain load. That measured 1.2-1.35x on the S3FIFO and LRU kernels
+(docs/performance.md, "The kernel stretch"). Only for indices a kernel's invariants keep
+non-negative (a negative one would index far out of bounds instead of from the end), and only in
+the subscript: numba types ``int64 op uint64`` as float64, so the cast value must not flow
+into arithmetic."""
+
 _PAGE_BYTES = 4096
 
 
