@@ -77,6 +77,11 @@ def test_every_result_sums_its_tokens_exactly(result_type: type) -> None:
     assert result.total_hit_tokens == 2**63
     assert result.total_prompt_tokens == 2**63
     assert result.overall_hit_rate == 1.0
+    assert result.totals() == (2**63, 2**63, 1.0)
+    # a zero-token trace has a hit rate of 0.0, not a ZeroDivisionError
+    object.__setattr__(result, "hit_tokens", np.zeros(2, np.int64))
+    object.__setattr__(result, "prompt_tokens", np.zeros(2, np.int64))
+    assert result.totals() == (0, 0, 0.0)
 
 
 # Two requests share blocks [1, 2]; their input_length values sum to exactly 2**63 - 1

@@ -64,5 +64,10 @@ class HitTotals:
     @property
     def overall_hit_rate(self) -> float:
         """``total_hit_tokens / total_prompt_tokens`` (0.0 for a trace with no prompt tokens)."""
-        total = self.total_prompt_tokens
-        return self.total_hit_tokens / total if total else 0.0
+        return self.totals()[2]
+
+    def totals(self) -> tuple[int, int, float]:
+        """``(total_hit_tokens, total_prompt_tokens, overall_hit_rate)``, each sum taken once:
+        a sweep point wants all three, and the properties one by one sum each array twice."""
+        hit, prompt = self.total_hit_tokens, self.total_prompt_tokens
+        return hit, prompt, hit / prompt if prompt else 0.0

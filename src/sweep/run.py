@@ -145,12 +145,13 @@ each; the numbers are identical either way (``tests/test_lru_curve.py``)."""
 def _outcome(
     point_id: int, r: prefixsim.ReplayResult | prefixsim.TieredResult, per_request: bool
 ) -> Outcome:
+    hit, prompt, rate = r.totals()
     return Outcome(
         point_id=point_id,
         n_requests=r.n_requests,
-        total_prompt_tokens=r.total_prompt_tokens,
-        total_hit_tokens=r.total_hit_tokens,
-        overall_hit_rate=r.overall_hit_rate,
+        total_prompt_tokens=prompt,
+        total_hit_tokens=hit,
+        overall_hit_rate=rate,
         final_cache_blocks=r.final_cache_blocks,
         counters=dict(r.counters),
         seconds=r.seconds,
@@ -173,12 +174,13 @@ Item = tuple[int, PolicyParams, int, ClusterSpec | None]
 
 def _cluster_outcome(point_id: int, r: Any, per_request: bool) -> Outcome:
     """A cluster point's outcome (a :class:`prefixsim.cluster.ClusterResult`)."""
+    hit, prompt, rate = r.totals()
     return Outcome(
         point_id=point_id,
         n_requests=r.n_requests,
-        total_prompt_tokens=r.total_prompt_tokens,
-        total_hit_tokens=r.total_hit_tokens,
-        overall_hit_rate=r.overall_hit_rate,
+        total_prompt_tokens=prompt,
+        total_hit_tokens=hit,
+        overall_hit_rate=rate,
         final_cache_blocks=int(r.final_cache_blocks.sum()),
         counters=r.counters,
         seconds=r.seconds,
