@@ -52,9 +52,12 @@ def main() -> None:
         f"single LRU {args.hbm}": lambda: replay_params(trace, make_params("LRU", args.hbm), 512),
     }
     if args.baseline:
+        import importlib
+
         from baseline_kernels import _package
 
-        old = _package(args.baseline).tiers.kernel.tiers_kernel
+        pkg = _package(args.baseline).__name__
+        old = importlib.import_module(f"{pkg}.tiers.kernel").tiers_kernel
         for mode in ("exclusive", "inclusive"):
             want = replay_tiers(trace, tiers, mode).hit_tokens
             got = _call_tiers_kernel(old, trace, tiers, mode)
