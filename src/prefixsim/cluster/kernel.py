@@ -40,6 +40,13 @@ from ..policies.base import ix
 from .load import prefill_seconds
 from .routers import KERNEL_KV_AWARE
 
+# Every subscript in the request loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`), so
+# numba skips its negative-index fix-up: request numbers, instance numbers (``best`` is -1 only
+# before the first instance is looked at), pair ids (``pair``'s 0, no pair, gives -1 and is
+# tested before it is used), ring positions and ``pair`` slots are non-negative, and an end of a
+# list, -1, is tested before it is used, or the list is known not to be empty there (a full
+# cache). Measured 1.07-1.17x (docs/performance.md).
+
 
 @njit(cache=True)
 def lru_cluster_kernel(

@@ -38,6 +38,15 @@ _W, _A, _P, _N = 0, 1, 2, 3  # fields of st[h, t]: where, aux, prev, next
 _HITS, _ADMISSIONS, _DEMOTIONS_IN, _EVICTIONS, _PROMOTIONS_OUT = 0, 1, 2, 3, 4
 
 
+# Every subscript in the step functions and the replay loop is ``a[ix(i)]``
+# (:data:`~prefixsim.policies.base.ix`), so numba skips its negative-index fix-up: block ids,
+# tier numbers, list numbers (S3FIFO's ``where - 1`` of a resident block is 0 or 1), LFU counts
+# (>= 1) and ``offsets`` positions are non-negative, and an end of a list, -1, is tested before it
+# is used as an index, or the list is known not to be empty there (a full tier, or a SIEVE hand
+# that falls back to the oldest entry). Measured 1.06-1.09x (docs/performance.md); a flat ``st``
+# with shifts instead of the 3-d array's multiplications measured no faster and was not kept.
+
+
 @njit(inline="always")
 def _unlink(st, heads, tails, t, lst, h):
     p = st[ix(h), ix(t), _P]
