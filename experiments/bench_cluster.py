@@ -10,6 +10,11 @@ The row ``session (numpy)`` is the session router as it was before its compiled 
 (numpy ``searchsorted`` over all requests), kept here only as the baseline of that change.
 
     python experiments/bench_cluster.py [--instances 16] [--capacity 4096] [--repeat 9]
+                                        [--baseline REF]
+
+``--baseline REF`` instead times the cluster kernels (least_loaded, kv_aware) as they were at
+commit ``REF`` (exported with ``git archive``, see ``baseline_kernels.py``) against today's,
+alternating, by thread CPU time, each old result checked equal to today's per request.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from prefixsim import load_trace, make_params, replay_params
 from prefixsim.cluster import LoadModel, make_router, replay_cluster_params, router_names
 from prefixsim.cluster import routers as R
+from prefixsim.cluster.kernel import CLUSTER_KERNELS
 
 ROUTER_PARAMS = {"session": {"key_blocks": 2}}
 NUMPY_SESSION = "session (numpy)"
@@ -59,6 +65,61 @@ def _numpy_session():  # type: ignore[no-untyped-def]
         R._REGISTRY["session"] = spec
 
 
+@contextlib.contextmanager
+def _cluster_kernels(kernels):  # type: ignore[no-untyped-def]
+    """``replay_cluster_params`` with ``kernels`` (policy name to cluster kernel) in place."""
+    saved = dict(CLUSTER_KERNELS)
+    CLUSTER_KERNELS.update(kernels)
+    try:
+        yield
+    finally:
+        CLUSTER_KERNELS.update(saved)
+
+
+def _against_baseline(args: argparse.Namespace) -> None:
+    """Today's cluster kernels against ``args.baseline``'s, alternating, median and best of
+    ``args.repeat`` by thread CPU time; per request equal."""
+    import importlib
+
+    from baseline_kernels import _package
+
+    pkg = _package(args.baseline).__name__
+    old_kernels = importlib.import_module(f"{pkg}.cluster.kernel").CLUSTER_KERNELS
+    trace = load_trace(args.trace)
+    load = LoadModel(args.model, args.hardware)  # type: ignore[arg-type]
+    n = trace.n_accesses
+    print(f"trace {trace.name}: {n:,} accesses; {args.instances} instances x {args.capacity} "
+          f"blocks; now against {args.baseline}, alternating, thread CPU time")  # fmt: skip
+    print(f"{'router':<14}{'policy':<8}{'now ms':>9}{'old ms':>9}{'now/old':>9}"
+          f"{'now best':>10}{'old best':>10}{'Macc/s now':>12}")  # fmt: skip
+    for policy in args.policies.split(","):
+        params = make_params(policy, args.capacity)
+        for name in ("least_loaded", "kv_aware"):
+            router = make_router(name)
+
+            def run(router=router, params=params):  # type: ignore[no-untyped-def]
+                return replay_cluster_params(trace, params, 512, args.instances, router, load)
+
+            new_res = run()
+            with _cluster_kernels(old_kernels):
+                old_res = run()
+            assert np.array_equal(new_res.hit_tokens, old_res.hit_tokens), (name, policy)
+            assert np.array_equal(new_res.instance, old_res.instance), (name, policy)
+            new_t, old_t = [], []
+            for _ in range(args.repeat):
+                start = time.thread_time()
+                run()
+                new_t.append(time.thread_time() - start)
+                with _cluster_kernels(old_kernels):
+                    start = time.thread_time()
+                    run()
+                    old_t.append(time.thread_time() - start)
+            nm, om = statistics.median(new_t), statistics.median(old_t)
+            print(f"{name:<14}{policy:<8}{nm * 1e3:>9.2f}{om * 1e3:>9.2f}{om / nm:>8.2f}x"
+                  f"{min(new_t) * 1e3:>10.2f}{min(old_t) * 1e3:>10.2f}"
+                  f"{n / nm / 1e6:>12.1f}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="conversation")
@@ -69,7 +130,11 @@ def main() -> None:
     ap.add_argument("--routers", default=",".join([*router_names(), NUMPY_SESSION]))
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--hardware", default="h100")
+    ap.add_argument("--baseline", metavar="REF", help="today's cluster kernels against REF's")
     args = ap.parse_args()
+    if args.baseline:
+        _against_baseline(args)
+        return
 
     trace = load_trace(args.trace)
     load = LoadModel(args.model, args.hardware)  # type: ignore[arg-type]

@@ -9,6 +9,12 @@ materialise every capacity's per-request ``ReplayResult`` from the curve, a curv
 capacities, and peak memory. Checks that curve and replays agree on every total and counter.
 
     python experiments/bench_lru_curve.py [--trace conversation] [--points 100] [--repeat 20]
+                                          [--baseline REF]
+
+``--baseline REF`` instead times the curve's kernels (the one pass, the totals at the
+capacities, the per-request hits at one capacity, the ceiling) against those of commit ``REF``
+(exported with ``git archive``, see ``baseline_kernels.py``), alternating, median of --repeat by
+thread CPU time, each old result checked equal to today's.
 """
 
 from __future__ import annotations
@@ -38,6 +44,61 @@ def geometric(points: int, lo: int = 64, hi: int = 262144) -> list[int]:
     return np.unique(np.geomspace(lo, hi, points).round().astype(np.int64)).tolist()
 
 
+def _against_baseline(args: argparse.Namespace) -> None:
+    """Each curve kernel against ``args.baseline``'s, alternating, median thread CPU time."""
+    import importlib
+    import statistics
+
+    from baseline_kernels import _package
+
+    curve_module = importlib.import_module("prefixsim.lru_curve")
+    old = importlib.import_module(f"{_package(args.baseline).__name__}.lru_curve")
+    trace = load_trace(args.trace)
+    bs = args.block_size
+    capacities = np.array(geometric(args.points), np.int64)
+    prefix_max, prefix_offsets, _, _ = _curve_kernel(
+        trace.block_ids, trace.offsets, trace.n_blocks, int(capacities[-1])
+    )
+    median = int(capacities[len(capacities) // 2])
+    calls = {
+        "one pass (_curve_kernel)": (
+            "_curve_kernel",
+            (trace.block_ids, trace.offsets, trace.n_blocks, int(capacities[-1])),
+        ),
+        f"totals at {len(capacities)} capacities": (
+            "_totals_kernel",
+            (prefix_max, prefix_offsets, trace.input_lengths, bs, capacities),
+        ),
+        f"per-request hits at {median}": (
+            "_hits_kernel",
+            (prefix_max, prefix_offsets, trace.input_lengths, bs, median),
+        ),
+        "ceiling": (
+            "_ceiling_kernel",
+            (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, bs),
+        ),
+    }
+    print(f"trace {trace.name}: {trace.n_accesses:,} block accesses; today's curve kernels "
+          f"against {args.baseline}'s, alternating, median of {args.repeat}, "
+          "thread CPU time")  # fmt: skip
+    print(f"{'kernel':<34}{'now ms':>9}{'old ms':>9}{'now/old':>9}")
+    for label, (name, call_args) in calls.items():
+        new_fn, old_fn = getattr(curve_module, name), getattr(old, name)
+        a, b = new_fn(*call_args), old_fn(*call_args)
+        a, b = (a, b) if isinstance(a, tuple) else ((a,), (b,))
+        for x, y in zip(a, b, strict=True):
+            assert np.array_equal(np.asarray(x), np.asarray(y)), label
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for rep in range(args.repeat):
+            for is_old in (rep % 2 == 1, rep % 2 == 0):
+                fn = old_fn if is_old else new_fn
+                start = time.thread_time()
+                fn(*call_args)
+                times[is_old].append(time.thread_time() - start)
+        new_s, old_s = statistics.median(times[False]), statistics.median(times[True])
+        print(f"{label:<34}{new_s * 1e3:>9.3f}{old_s * 1e3:>9.3f}{old_s / new_s:>8.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="conversation")
@@ -45,7 +106,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20, help="best of N for single runs")
     ap.add_argument("--repeat-all", type=int, default=3, help="best of N for all the replays")
     ap.add_argument("--block-size", type=int, default=512)
+    ap.add_argument("--baseline", metavar="REF", help="the curve's kernels against REF's")
     args = ap.parse_args()
+    if args.baseline:
+        _against_baseline(args)
+        return
 
     trace = load_trace(args.trace)
     bs = args.block_size

@@ -5,7 +5,7 @@ second of the kernel (best of --repeat runs) and of the reference (one run) side
 their ratio; plus trace parse time, binary-cache load time, the kernels' first-call time (JIT
 compile or on-disk cache load, reported apart from the replays) and peak memory.
 
-With ``--baseline [REF]``, S3FIFO's and LRU's kernels are also timed against those of commit REF
+With ``--baseline [REF]``, the kernels of ``--policies`` are also timed against those of commit REF
 (ebaec63 if not given; imported from that commit by ``baseline_kernels.py``): old and new
 alternate ``--repeat`` times per capacity (checked equal per request first), median by wall time
 and by the thread's CPU time. ``--grid`` adds the S3FIFO points of the 1,008-point grid
@@ -60,7 +60,7 @@ def main() -> None:
         nargs="?",
         const=BASELINE,
         metavar="REF",
-        help=f"S3FIFO and LRU against the kernels of commit REF (default {BASELINE})",
+        help=f"--policies' kernels against those of commit REF (default {BASELINE})",
     )
     ap.add_argument(
         "--grid", action="store_true", help="with --baseline: the 960 S3FIFO points of 1,008"
@@ -118,8 +118,7 @@ def main() -> None:
             row += f"{r * 1e3:>10.0f}{n / r / 1e6:>12.2f}{r / k:>9.0f}x"
         print(row)
     if args.baseline:
-        old = [p for p in ("S3FIFO", "LRU") if p in policies]
-        against_baseline(trace, old, args.repeat, args.baseline)
+        against_baseline(trace, policies, args.repeat, args.baseline)
         if args.grid and "S3FIFO" in policies:
             grid_against_baseline(trace, args.grid_repeat, args.baseline)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

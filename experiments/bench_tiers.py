@@ -7,7 +7,11 @@ prints the median and best block accesses per second of each over the rounds, by
 by the thread's CPU time (on a shared machine the CPU time is the steadier of the two), plus
 the first call (compile or disk-cache load) and peak memory.
 
-    python experiments/bench_tiers.py [--rounds 15] [--hbm 2048] [--dram 16384]
+    python experiments/bench_tiers.py [--rounds 15] [--hbm 2048] [--dram 16384] [--baseline REF]
+
+``--baseline REF`` adds the tier kernel as it was at commit ``REF`` (exported with ``git
+archive``, see ``baseline_kernels.py``) in both modes, alternating with today's every round,
+its hit tokens per request checked equal to today's.
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ import resource
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
 
 from prefixsim import load_trace, make_params, replay_params
-from prefixsim.tiers import make_tier, replay_tiers
+from prefixsim.tiers import CODES, make_tier, replay_tiers, tiers_kernel
+from prefixsim.tiers.model import COUNTER_NAMES
 
 
 def main() -> None:
@@ -28,6 +37,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--hbm", type=int, default=2048, help="tier 0 (LRU) capacity in blocks")
     ap.add_argument("--dram", type=int, default=16384, help="tier 1 (S3FIFO) capacity")
+    ap.add_argument("--baseline", metavar="REF", help="also time the tier kernel at commit REF")
     args = ap.parse_args()
 
     trace = load_trace(args.trace)
@@ -41,6 +51,23 @@ def main() -> None:
         ),
         f"single LRU {args.hbm}": lambda: replay_params(trace, make_params("LRU", args.hbm), 512),
     }
+    if args.baseline:
+        import importlib
+
+        from baseline_kernels import _package
+
+        pkg = _package(args.baseline).__name__
+        old = importlib.import_module(f"{pkg}.tiers.kernel").tiers_kernel
+        for mode in ("exclusive", "inclusive"):
+            want = replay_tiers(trace, tiers, mode).hit_tokens
+            got = _call_tiers_kernel(old, trace, tiers, mode)
+            assert np.array_equal(want, got), f"{args.baseline} differs ({mode})"
+            cases[f"kernel now {mode}"] = partial(
+                _call_tiers_kernel, tiers_kernel, trace, tiers, mode
+            )
+            cases[f"kernel {args.baseline} {mode}"] = partial(
+                _call_tiers_kernel, old, trace, tiers, mode
+            )
     print(f"trace {trace.name}: {trace.n_requests:,} requests, {n:,} block accesses")
     for name, fn in cases.items():
         start = time.perf_counter()
@@ -65,6 +92,28 @@ def main() -> None:
         print(line)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak memory (max RSS): {peak:.0f} MB; {args.rounds} rounds, alternating")
+
+
+def _call_tiers_kernel(kernel: Callable[..., Any], trace: Any, tiers: list[Any], mode: str) -> Any:
+    """``kernel`` (a ``tiers_kernel``, today's or a baseline's) called as ``replay_tiers``
+    calls it, arrays allocated in the call as there; returns the hit tokens per request."""
+    n_tiers = len(tiers)
+    return kernel(
+        trace.block_ids,
+        trace.offsets,
+        trace.input_lengths,
+        trace.n_blocks,
+        512,
+        mode == "exclusive",
+        np.array([CODES[t.policy] for t in tiers], np.int64),
+        np.array([t.params.capacity for t in tiers], np.int64),
+        np.array([getattr(t.params, "small_cap", 0) for t in tiers], np.int64),
+        np.array([getattr(t.params, "max_freq", 0) for t in tiers], np.int64),
+        np.array([getattr(t.params, "ghost_freq", 0) for t in tiers], np.int64),
+        np.zeros((n_tiers, trace.n_requests), np.int64),
+        np.zeros((n_tiers, len(COUNTER_NAMES)), np.int64),
+        np.zeros(n_tiers, np.int64),
+    )
 
 
 if __name__ == "__main__":

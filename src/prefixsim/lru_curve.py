@@ -54,7 +54,7 @@ from numba import njit
 from ._exact import HitTotals, exact_sum
 from .errors import ParameterError
 from .policies import get_policy
-from .policies.base import check_int
+from .policies.base import check_int, ix
 from .replay import MAX_BLOCK_SIZE, ReplayResult, make_params
 from .trace import Trace, check_block_size_matches
 
@@ -65,6 +65,10 @@ ENGINE = "lru_curve"
 # --- compiled kernels ----------------------------------------------------------------------
 # One function each, scalar locals only: numba keeps array arguments of helper calls
 # reference-counted, which costs a lot in hot loops. ``_hit`` is a pure-scalar helper.
+# Every subscript in their loops is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block
+# ids, access positions (``last``'s -1, never seen, is tested first; the Fenwick loops stop at
+# 0), stack distances (>= 1), prefix and binary-search positions are non-negative, so numba's
+# negative-index fix-up is skipped (the one pass 1.14x, the ceiling 1.5x, docs/performance.md).
 
 
 @njit(cache=True, nogil=True)
@@ -98,8 +102,8 @@ def _curve_kernel(block_ids, offsets, n_blocks, max_capacity):
     n_distinct = 0
     n_out = 0
     for r in range(n_req):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Arrival distances of the leading blocks (no access of this request applied yet). A
         # block whose latest access is later than an earlier leading block's is nearer the top
         # of the stack, so the running maximum only changes at a new earliest latest access:
@@ -108,7 +112,7 @@ def _curve_kernel(block_ids, offsets, n_blocks, max_capacity):
         earliest = start  # earliest latest access among the leading blocks so far
         first_d = -1  # arrival distance of the request's first block
         for i in range(start, end):
-            p = last[block_ids[i]]
+            p = last[ix(block_ids[ix(i)])]
             if p < 0:
                 break  # never seen: not resident at any capacity
             if p < earliest:
@@ -116,16 +120,16 @@ def _curve_kernel(block_ids, offsets, n_blocks, max_capacity):
                 below = 0  # superseded positions < p
                 j = p
                 while j > 0:
-                    below += tree[j]
+                    below += tree[ix(j)]
                     j -= j & -j
                 running = (start - p) - (n_superseded - below)
                 if i == start:
                     first_d = running
                 if running > max_capacity:
                     break
-            prefix_max[n_out] = running
+            prefix_max[ix(n_out)] = running
             n_out += 1
-        prefix_offsets[r + 1] = n_out
+        prefix_offsets[ix(r + 1)] = n_out
         # Then every block is accessed in order: its distance just before the access, then its
         # previous latest access becomes superseded. If the previous access of this request
         # re-accessed the block at position q and this one's latest access is q + 1, both
@@ -134,26 +138,26 @@ def _curve_kernel(block_ids, offsets, n_blocks, max_capacity):
         prev_p = -2
         d = first_d
         for i in range(start, end):
-            h = block_ids[i]
-            p = last[h]
+            h = block_ids[ix(i)]
+            p = last[ix(h)]
             if p >= 0:
                 if p != prev_p + 1 and not (i == start and first_d > 0):
                     below = 0
                     j = p
                     while j > 0:
-                        below += tree[j]
+                        below += tree[ix(j)]
                         j -= j & -j
                     d = (i - p) - (n_superseded - below)
-                hist[d] += 1
+                hist[ix(d)] += 1
                 j = p + 1
                 while j <= n_acc:
-                    tree[j] += 1
+                    tree[ix(j)] += 1
                     j += j & -j
                 n_superseded += 1
             else:
                 n_distinct += 1
             prev_p = p if p >= 0 else -2
-            last[h] = i
+            last[ix(h)] = i
     hits_at_most = np.cumsum(hist)
     return prefix_max[:n_out].copy(), prefix_offsets, hits_at_most, n_distinct
 
@@ -166,14 +170,14 @@ def _totals_kernel(prefix_max, prefix_offsets, input_lengths, block_size, sorted
     n_caps = sorted_capacities.shape[0]
     diff = np.zeros(n_caps + 1, np.int64)
     for r in range(input_lengths.shape[0]):
-        start = prefix_offsets[r]
-        end = prefix_offsets[r + 1]
-        length = input_lengths[r]
+        start = prefix_offsets[ix(r)]
+        end = prefix_offsets[ix(r + 1)]
+        length = input_lengths[ix(r)]
         before = 0
         i = start
         while i < end:
-            m = prefix_max[i]
-            while i + 1 < end and prefix_max[i + 1] == m:
+            m = prefix_max[ix(i)]
+            while i + 1 < end and prefix_max[ix(i + 1)] == m:
                 i += 1
             hit = _hit(i - start + 1, block_size, length)
             if hit > before:
@@ -181,11 +185,11 @@ def _totals_kernel(prefix_max, prefix_offsets, input_lengths, block_size, sorted
                 hi = n_caps
                 while lo < hi:
                     mid = (lo + hi) >> 1
-                    if sorted_capacities[mid] < m:
+                    if sorted_capacities[ix(mid)] < m:
                         lo = mid + 1
                     else:
                         hi = mid
-                diff[lo] += hit - before
+                diff[ix(lo)] += hit - before
                 before = hit
             if hit >= length:
                 break
@@ -199,16 +203,16 @@ def _hits_kernel(prefix_max, prefix_offsets, input_lengths, block_size, capacity
     n_req = input_lengths.shape[0]
     out = np.empty(n_req, np.int64)
     for r in range(n_req):
-        lo = prefix_offsets[r]  # first prefix maximum > capacity
-        hi = prefix_offsets[r + 1]
+        lo = prefix_offsets[ix(r)]  # first prefix maximum > capacity
+        hi = prefix_offsets[ix(r + 1)]
         start = lo
         while lo < hi:
             mid = (lo + hi) >> 1
-            if prefix_max[mid] <= capacity:
+            if prefix_max[ix(mid)] <= capacity:
                 lo = mid + 1
             else:
                 hi = mid
-        out[r] = _hit(lo - start, block_size, input_lengths[r])
+        out[ix(r)] = _hit(lo - start, block_size, input_lengths[ix(r)])
     return out
 
 
@@ -219,14 +223,14 @@ def _ceiling_kernel(block_ids, offsets, input_lengths, n_blocks, block_size):
     n_req = input_lengths.shape[0]
     out = np.empty(n_req, np.int64)
     for r in range(n_req):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         k = start
-        while k < end and seen[block_ids[k]]:
+        while k < end and seen[ix(block_ids[ix(k)])]:
             k += 1
-        out[r] = _hit(k - start, block_size, input_lengths[r])
+        out[ix(r)] = _hit(k - start, block_size, input_lengths[ix(r)])
         for i in range(start, end):
-            seen[block_ids[i]] = True
+            seen[ix(block_ids[ix(i)])] = True
     return out
 
 

@@ -36,8 +36,16 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ..policies.base import ix
 from .load import prefill_seconds
 from .routers import KERNEL_KV_AWARE
+
+# Every subscript in the request loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`), so
+# numba skips its negative-index fix-up: request numbers, instance numbers (``best`` is -1 only
+# before the first instance is looked at), pair ids (``pair``'s 0, no pair, gives -1 and is
+# tested before it is used), ring positions and ``pair`` slots are non-negative, and an end of a
+# list, -1, is tested before it is used, or the list is known not to be empty there (a full
+# cache). Measured 1.07-1.17x (docs/performance.md).
 
 
 @njit(cache=True)
@@ -63,10 +71,10 @@ def lru_cluster_kernel(
     prefill = np.empty(n_requests, np.float64)
     service = np.empty(n_requests, np.float64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
-        n = input_lengths[r]
-        t = arrival[r]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
+        n = input_lengths[ix(r)]
+        t = arrival[ix(r)]
         # Route: the lowest cost, ties to the lowest index (strict <).
         best = -1
         best_cost = 0.0
@@ -74,14 +82,14 @@ def lru_cluster_kernel(
         memo_hit = -1
         memo_p = 0.0
         for i in range(n_instances):
-            load = (free[i] if free[i] > t else t) - t
+            load = (free[ix(i)] if free[ix(i)] > t else t) - t
             cost = load
             hit = 0
             if router_code == KERNEL_KV_AWARE:
                 k = start
                 while k < end:
-                    q = pair[block_ids[k] * n_instances + i] - 1
-                    if q < 0 or not resident[q]:
+                    q = pair[ix(block_ids[ix(k)] * n_instances + i)] - 1
+                    if q < 0 or not resident[ix(q)]:
                         break
                     k += 1
                 hit = min((k - start) * block_size, n)
@@ -97,69 +105,69 @@ def lru_cluster_kernel(
         if router_code != KERNEL_KV_AWARE:  # least_loaded: the prefix of the chosen one only
             k = start
             while k < end:
-                q = pair[block_ids[k] * n_instances + i] - 1
-                if q < 0 or not resident[q]:
+                q = pair[ix(block_ids[ix(k)] * n_instances + i)] - 1
+                if q < 0 or not resident[ix(q)]:
                     break
                 k += 1
             best_hit = min((k - start) * block_size, n)
-        instance[r] = i
-        hit_tokens[r] = best_hit
+        instance[ix(r)] = i
+        hit_tokens[ix(r)] = best_hit
         # Load model: FCFS on instance i.
         p = prefill_seconds(n, best_hit, bs, two_p, coeff, eff, kvb, bw)
-        begin = free[i] if free[i] > t else t
-        delay[r] = begin - t
-        prefill[r] = p
-        service[r] = p + float(output_lengths[r]) * decode_s
-        free[i] = begin + service[r]
+        begin = free[ix(i)] if free[ix(i)] > t else t
+        delay[ix(r)] = begin - t
+        prefill[ix(r)] = p
+        service[ix(r)] = p + float(output_lengths[ix(r)]) * decode_s
+        free[ix(i)] = begin + service[ix(r)]
         # Access every block of the request in instance i's LRU (lru_kernel, on pair ids).
-        head = heads[i]
-        tail = tails[i]
-        size = sizes[i]
+        head = heads[ix(i)]
+        tail = tails[ix(i)]
+        size = sizes[ix(i)]
         hits = 0
         evictions = 0
         for j in range(start, end):
-            slot = block_ids[j] * n_instances + i
-            h = pair[slot] - 1
+            slot = block_ids[ix(j)] * n_instances + i
+            h = pair[ix(slot)] - 1
             if h < 0:  # the block's first access on instance i: a new pair, not resident
                 h = n_pairs
                 n_pairs += 1
-                pair[slot] = h + 1
-            if resident[h]:
+                pair[ix(slot)] = h + 1
+            if resident[ix(h)]:
                 hits += 1
                 if h == tail:
                     continue
-                p_ = prev[h]
-                n_ = nxt[h]
+                p_ = prev[ix(h)]
+                n_ = nxt[ix(h)]
                 if p_ >= 0:
-                    nxt[p_] = n_
+                    nxt[ix(p_)] = n_
                 else:
                     head = n_
-                prev[n_] = p_
+                prev[ix(n_)] = p_
             else:
                 if size >= capacity:
                     victim = head
-                    head = nxt[victim]
+                    head = nxt[ix(victim)]
                     if head >= 0:
-                        prev[head] = -1
+                        prev[ix(head)] = -1
                     else:
                         tail = -1
-                    resident[victim] = False
+                    resident[ix(victim)] = False
                     size -= 1
                     evictions += 1
-                resident[h] = True
+                resident[ix(h)] = True
                 size += 1
-            prev[h] = tail
-            nxt[h] = -1
+            prev[ix(h)] = tail
+            nxt[ix(h)] = -1
             if tail >= 0:
-                nxt[tail] = h
+                nxt[ix(tail)] = h
             else:
                 head = h
             tail = h
-        heads[i] = head
-        tails[i] = tail
-        sizes[i] = size
-        cnt[i, 0] += hits
-        cnt[i, 1] += evictions
+        heads[ix(i)] = head
+        tails[ix(i)] = tail
+        sizes[ix(i)] = size
+        cnt[ix(i), 0] += hits
+        cnt[ix(i), 1] += evictions
     return instance, hit_tokens, delay, prefill, service, sizes
 
 
@@ -197,10 +205,10 @@ def s3fifo_cluster_kernel(
     prefill = np.empty(n_requests, np.float64)
     service = np.empty(n_requests, np.float64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
-        n = input_lengths[r]
-        t = arrival[r]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
+        n = input_lengths[ix(r)]
+        t = arrival[ix(r)]
         # Route: the lowest cost, ties to the lowest index (strict <).
         best = -1
         best_cost = 0.0
@@ -208,14 +216,14 @@ def s3fifo_cluster_kernel(
         memo_hit = -1
         memo_p = 0.0
         for i in range(n_instances):
-            load = (free[i] if free[i] > t else t) - t
+            load = (free[ix(i)] if free[ix(i)] > t else t) - t
             cost = load
             hit = 0
             if router_code == KERNEL_KV_AWARE:
                 k = start
                 while k < end:
-                    q = pair[block_ids[k] * n_instances + i] - 1
-                    if q < 0 or (where[q] != _IN_S and where[q] != _IN_M):
+                    q = pair[ix(block_ids[ix(k)] * n_instances + i)] - 1
+                    if q < 0 or (where[ix(q)] != _IN_S and where[ix(q)] != _IN_M):
                         break
                     k += 1
                 hit = min((k - start) * block_size, n)
@@ -231,43 +239,43 @@ def s3fifo_cluster_kernel(
         if router_code != KERNEL_KV_AWARE:  # least_loaded: the prefix of the chosen one only
             k = start
             while k < end:
-                q = pair[block_ids[k] * n_instances + i] - 1
-                if q < 0 or (where[q] != _IN_S and where[q] != _IN_M):
+                q = pair[ix(block_ids[ix(k)] * n_instances + i)] - 1
+                if q < 0 or (where[ix(q)] != _IN_S and where[ix(q)] != _IN_M):
                     break
                 k += 1
             best_hit = min((k - start) * block_size, n)
-        instance[r] = i
-        hit_tokens[r] = best_hit
+        instance[ix(r)] = i
+        hit_tokens[ix(r)] = best_hit
         # Load model: FCFS on instance i.
         p = prefill_seconds(n, best_hit, bs, two_p, coeff, eff, kvb, bw)
-        begin = free[i] if free[i] > t else t
-        delay[r] = begin - t
-        prefill[r] = p
-        service[r] = p + float(output_lengths[r]) * decode_s
-        free[i] = begin + service[r]
+        begin = free[ix(i)] if free[ix(i)] > t else t
+        delay[ix(r)] = begin - t
+        prefill[ix(r)] = p
+        service[ix(r)] = p + float(output_lengths[ix(r)]) * decode_s
+        free[ix(i)] = begin + service[ix(r)]
         # Access every block in instance i's S3FIFO (s3fifo_kernel, on pair ids).
-        s_ring = s_rings[i]
-        m_ring = m_rings[i]
-        s_head = s_heads[i]
-        s_len = s_lens[i]
-        m_head = m_heads[i]
-        m_len = m_lens[i]
-        g_len = g_lens[i]
-        g_head = g_heads[i]
-        g_tail = g_tails[i]
+        s_ring = s_rings[ix(i)]
+        m_ring = m_rings[ix(i)]
+        s_head = s_heads[ix(i)]
+        s_len = s_lens[ix(i)]
+        m_head = m_heads[ix(i)]
+        m_len = m_lens[ix(i)]
+        g_len = g_lens[ix(i)]
+        g_head = g_heads[ix(i)]
+        g_tail = g_tails[ix(i)]
         hits = evictions = ghost_hits = promotions = 0
         for j in range(start, end):
-            slot = block_ids[j] * n_instances + i
-            h = pair[slot] - 1
+            slot = block_ids[ix(j)] * n_instances + i
+            h = pair[ix(slot)] - 1
             if h < 0:  # the block's first access on instance i: a new pair, not resident
                 h = n_pairs
                 n_pairs += 1
-                pair[slot] = h + 1
-            w = where[h]
+                pair[ix(slot)] = h + 1
+            w = where[ix(h)]
             if w == _IN_S or w == _IN_M:  # noqa: SIM109
                 hits += 1
-                f = freq[h] + 1
-                freq[h] = f if f < max_freq else max_freq
+                f = freq[ix(h)] + 1
+                freq[ix(h)] = f if f < max_freq else max_freq
                 continue
             to_g = -1
             to_m = -1
@@ -275,14 +283,14 @@ def s3fifo_cluster_kernel(
             to_s = -1
             if w == _IN_G:
                 ghost_hits += 1
-                p_ = g_link[h, 0]
-                n_ = g_link[h, 1]
+                p_ = g_link[ix(h), 0]
+                n_ = g_link[ix(h), 1]
                 if p_ >= 0:
-                    g_link[p_, 1] = n_
+                    g_link[ix(p_), 1] = n_
                 else:
                     g_head = n_
                 if n_ >= 0:
-                    g_link[n_, 0] = p_
+                    g_link[ix(n_), 0] = p_
                 else:
                     g_tail = p_
                 g_len -= 1
@@ -294,32 +302,32 @@ def s3fifo_cluster_kernel(
                 if to_g >= 0:
                     if g_len >= ghost_cap:
                         old = g_head
-                        g_head = g_link[old, 1]
+                        g_head = g_link[ix(old), 1]
                         if g_head >= 0:
-                            g_link[g_head, 0] = -1
+                            g_link[ix(g_head), 0] = -1
                         else:
                             g_tail = -1
-                        where[old] = _NONE
+                        where[ix(old)] = _NONE
                         g_len -= 1
-                    g_link[to_g, 0] = g_tail
-                    g_link[to_g, 1] = -1
+                    g_link[ix(to_g), 0] = g_tail
+                    g_link[ix(to_g), 1] = -1
                     if g_tail >= 0:
-                        g_link[g_tail, 1] = to_g
+                        g_link[ix(g_tail), 1] = to_g
                     else:
                         g_head = to_g
                     g_tail = to_g
                     g_len += 1
-                    where[to_g] = _IN_G
+                    where[ix(to_g)] = _IN_G
                     to_g = -1
                 if to_m >= 0:
                     while m_len >= main_cap:
-                        victim = m_ring[m_head]
+                        victim = m_ring[ix(m_head)]
                         m_head += 1
                         if m_head == main_cap:
                             m_head = 0
-                        vf = freq[victim]
+                        vf = freq[ix(victim)]
                         if vf >= 1:
-                            freq[victim] = vf - 1
+                            freq[ix(victim)] = vf - 1
                             continue
                         m_len -= 1
                         evictions += 1
@@ -328,21 +336,21 @@ def s3fifo_cluster_kernel(
                     pos = m_head + m_len
                     if pos >= main_cap:
                         pos -= main_cap
-                    m_ring[pos] = to_m
+                    m_ring[ix(pos)] = to_m
                     m_len += 1
-                    where[to_m] = _IN_M
-                    freq[to_m] = to_m_freq
+                    where[ix(to_m)] = _IN_M
+                    freq[ix(to_m)] = to_m_freq
                     to_m = -1
                     continue
                 if to_s < 0:
                     break
                 if s_len >= small_cap:
-                    victim = s_ring[s_head]
+                    victim = s_ring[ix(s_head)]
                     s_head += 1
                     if s_head == small_cap:
                         s_head = 0
                     s_len -= 1
-                    vf = freq[victim]
+                    vf = freq[ix(victim)]
                     if vf >= 1:
                         promotions += 1
                         to_m = victim
@@ -354,22 +362,22 @@ def s3fifo_cluster_kernel(
                 pos = s_head + s_len
                 if pos >= small_cap:
                     pos -= small_cap
-                s_ring[pos] = to_s
+                s_ring[ix(pos)] = to_s
                 s_len += 1
-                where[to_s] = _IN_S
-                freq[to_s] = 0
+                where[ix(to_s)] = _IN_S
+                freq[ix(to_s)] = 0
                 break
-        s_heads[i] = s_head
-        s_lens[i] = s_len
-        m_heads[i] = m_head
-        m_lens[i] = m_len
-        g_lens[i] = g_len
-        g_heads[i] = g_head
-        g_tails[i] = g_tail
-        cnt[i, 0] += hits
-        cnt[i, 1] += evictions
-        cnt[i, 2] += ghost_hits
-        cnt[i, 3] += promotions
+        s_heads[ix(i)] = s_head
+        s_lens[ix(i)] = s_len
+        m_heads[ix(i)] = m_head
+        m_lens[ix(i)] = m_len
+        g_lens[ix(i)] = g_len
+        g_heads[ix(i)] = g_head
+        g_tails[ix(i)] = g_tail
+        cnt[ix(i), 0] += hits
+        cnt[ix(i), 1] += evictions
+        cnt[ix(i), 2] += ghost_hits
+        cnt[ix(i), 3] += promotions
     return instance, hit_tokens, delay, prefill, service, s_lens + m_lens
 
 

@@ -79,7 +79,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,12 @@ class ARCReference(ReferencePolicy):
 _NONE, _T1, _T2, _B1, _B2 = 0, 1, 2, 3, 4
 
 
+# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
+# list codes (``_T1`` .. ``_B2``) and ``offsets`` positions are non-negative; an end of a list,
+# -1, is tested before it is used, and a list whose LRU entry is taken is not empty (ARC's
+# cases), so numba's negative-index fix-up is skipped (1.08-1.15x, docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def arc_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     where = np.zeros(n_blocks, np.int8)
@@ -182,20 +188,20 @@ def arc_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, cap
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first block outside T1 ∪ T2.
         k = start
         while k < end:
-            w = where[block_ids[k]]
+            w = where[ix(block_ids[ix(k)])]
             if w != _T1 and w != _T2:
                 break
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         for i in range(start, end):
-            x = block_ids[i]
-            w = where[x]
+            x = block_ids[ix(i)]
+            w = where[ix(x)]
             drop = _NONE  # list whose LRU entry is deleted first
             rep = False  # whether REPLACE(x, p) runs
             if w == _T1 or w == _T2:  # noqa: SIM109 (Case I)
@@ -230,14 +236,14 @@ def arc_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, cap
                     rep = True
             if drop != _NONE:
                 # delete the LRU entry of `drop` (a ghost, or a T1 page leaving the cache)
-                y = lhead[drop]
-                n = link[y, 1]
-                lhead[drop] = n
+                y = lhead[ix(drop)]
+                n = link[ix(y), 1]
+                lhead[ix(drop)] = n
                 if n >= 0:
-                    link[n, 0] = -1
+                    link[ix(n), 0] = -1
                 else:
-                    ltail[drop] = -1
-                where[y] = _NONE
+                    ltail[ix(drop)] = -1
+                where[ix(y)] = _NONE
                 if drop == _T1:
                     n_t1 -= 1
                     evictions += 1
@@ -258,35 +264,35 @@ def arc_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, cap
                     dst = _B2
                     n_t2 -= 1
                     n_b2 += 1
-                y = lhead[src]
-                n = link[y, 1]
-                lhead[src] = n
+                y = lhead[ix(src)]
+                n = link[ix(y), 1]
+                lhead[ix(src)] = n
                 if n >= 0:
-                    link[n, 0] = -1
+                    link[ix(n), 0] = -1
                 else:
-                    ltail[src] = -1
-                t = ltail[dst]
-                link[y, 0] = t
-                link[y, 1] = -1
+                    ltail[ix(src)] = -1
+                t = ltail[ix(dst)]
+                link[ix(y), 0] = t
+                link[ix(y), 1] = -1
                 if t >= 0:
-                    link[t, 1] = y
+                    link[ix(t), 1] = y
                 else:
-                    lhead[dst] = y
-                ltail[dst] = y
-                where[y] = dst
+                    lhead[ix(dst)] = y
+                ltail[ix(dst)] = y
+                where[ix(y)] = dst
                 evictions += 1
             if w != _NONE:
                 # x leaves T1, T2 (Case I), B1 (Case II) or B2 (Case III) ...
-                pr = link[x, 0]
-                n = link[x, 1]
+                pr = link[ix(x), 0]
+                n = link[ix(x), 1]
                 if pr >= 0:
-                    link[pr, 1] = n
+                    link[ix(pr), 1] = n
                 else:
-                    lhead[w] = n
+                    lhead[ix(w)] = n
                 if n >= 0:
-                    link[n, 0] = pr
+                    link[ix(n), 0] = pr
                 else:
-                    ltail[w] = pr
+                    ltail[ix(w)] = pr
                 if w == _T1:
                     n_t1 -= 1
                 elif w == _T2:
@@ -300,15 +306,15 @@ def arc_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, cap
             else:
                 dst = _T1  # Case IV: fetched to the MRU end of T1
                 n_t1 += 1
-            t = ltail[dst]
-            link[x, 0] = t
-            link[x, 1] = -1
+            t = ltail[ix(dst)]
+            link[ix(x), 0] = t
+            link[ix(x), 1] = -1
             if t >= 0:
-                link[t, 1] = x
+                link[ix(t), 1] = x
             else:
-                lhead[dst] = x
-            ltail[dst] = x
-            where[x] = dst
+                lhead[ix(dst)] = x
+            ltail[ix(dst)] = x
+            where[ix(x)] = dst
     cnt[0] += hits
     cnt[1] += evictions
     cnt[2] += b1_hits

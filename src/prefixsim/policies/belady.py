@@ -39,7 +39,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,12 @@ class BeladyReference(ReferencePolicy):
 # One function with scalar locals, no array-taking helpers (see s3fifo.py).
 
 
+# Every subscript in the replay loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`):
+# block ids, access positions (next uses are pushed only when >= 0), heap slots and ring
+# positions are non-negative, so numba's negative-index fix-up is skipped (1.17-1.26x,
+# docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def belady_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     n = block_ids.shape[0]
@@ -129,88 +135,88 @@ def belady_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, 
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first non-resident block.
         k = start
-        while k < end and resident[block_ids[k]]:
+        while k < end and resident[ix(block_ids[ix(k)])]:
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         for t in range(start, end):
-            h = block_ids[t]
-            if resident[h]:
+            h = block_ids[ix(t)]
+            if resident[ix(h)]:
                 hits += 1  # its heap entry (key t) is now stale
             else:
                 if size >= capacity:
                     if dead_len > 0:
-                        victim = dead[dead_head]
+                        victim = dead[ix(dead_head)]
                         dead_head += 1
                         if dead_head == ring_cap:
                             dead_head = 0
                         dead_len -= 1
                     else:
                         # pop the max (live, see above) and sift the last entry down
-                        victim = block_ids[heap[0]]
+                        victim = block_ids[ix(heap[0])]
                         heap_len -= 1
-                        key = heap[heap_len]
+                        key = heap[ix(heap_len)]
                         j = 0
                         while True:
                             c = 2 * j + 1
                             if c >= heap_len:
                                 break
-                            if c + 1 < heap_len and heap[c + 1] > heap[c]:
+                            if c + 1 < heap_len and heap[ix(c + 1)] > heap[ix(c)]:
                                 c += 1
-                            if heap[c] <= key:
+                            if heap[ix(c)] <= key:
                                 break
-                            heap[j] = heap[c]
+                            heap[ix(j)] = heap[ix(c)]
                             j = c
-                        heap[j] = key
-                    resident[victim] = False
+                        heap[ix(j)] = key
+                    resident[ix(victim)] = False
                     size -= 1
                     evictions += 1
-                resident[h] = True
+                resident[ix(h)] = True
                 size += 1
-            nu = next_use[t]
+            nu = next_use[ix(t)]
             if nu < 0:
                 pos = dead_head + dead_len
                 if pos >= ring_cap:
                     pos -= ring_cap
-                dead[pos] = h
+                dead[ix(pos)] = h
                 dead_len += 1
                 continue
             if heap_len == heap_cap:
                 # compaction: keep the live keys (> t), then heapify bottom-up
                 m = 0
                 for q in range(heap_len):
-                    if heap[q] > t:
-                        heap[m] = heap[q]
+                    if heap[ix(q)] > t:
+                        heap[ix(m)] = heap[ix(q)]
                         m += 1
                 heap_len = m
                 if 2 * heap_len > heap_cap:
                     heap_cap = min(2 * heap_cap, heap.shape[0])
                 for s in range(heap_len // 2 - 1, -1, -1):
-                    key = heap[s]
+                    key = heap[ix(s)]
                     j = s
                     while True:
                         c = 2 * j + 1
                         if c >= heap_len:
                             break
-                        if c + 1 < heap_len and heap[c + 1] > heap[c]:
+                        if c + 1 < heap_len and heap[ix(c + 1)] > heap[ix(c)]:
                             c += 1
-                        if heap[c] <= key:
+                        if heap[ix(c)] <= key:
                             break
-                        heap[j] = heap[c]
+                        heap[ix(j)] = heap[ix(c)]
                         j = c
-                    heap[j] = key
+                    heap[ix(j)] = key
             # push nu: sift up
             j = heap_len
             heap_len += 1
             while j > 0:
                 p = (j - 1) >> 1
-                if heap[p] >= nu:
+                if heap[ix(p)] >= nu:
                     break
-                heap[j] = heap[p]
+                heap[ix(j)] = heap[ix(p)]
                 j = p
             heap[j] = nu
     cnt[0] += hits

@@ -39,7 +39,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,12 @@ class CLOCKReference(ReferencePolicy):
 # is full; from then on every miss evicts.
 
 
+# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
+# slots (``slot_of``'s -1, not resident, is tested before it is used as a slot) and ``offsets``
+# positions are non-negative, so numba's negative-index fix-up is skipped (1.5-1.9x,
+# docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def clock_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     slot_of = np.full(n_blocks, -1, np.int32)
@@ -107,39 +113,39 @@ def clock_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, c
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first non-resident block.
         k = start
-        while k < end and slot_of[block_ids[k]] >= 0:
+        while k < end and slot_of[ix(block_ids[ix(k)])] >= 0:
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         for i in range(start, end):
-            h = block_ids[i]
-            s = slot_of[h]
+            h = block_ids[ix(i)]
+            s = slot_of[ix(h)]
             if s >= 0:
                 hits += 1
-                bit[s] = 1
+                bit[ix(s)] = 1
                 continue
             if used < capacity:
                 s = used
                 used += 1
             else:
-                while bit[hand] != 0:
-                    bit[hand] = 0
+                while bit[ix(hand)] != 0:
+                    bit[ix(hand)] = 0
                     hand += 1
                     if hand == capacity:
                         hand = 0
                 s = hand
-                slot_of[slots[s]] = -1
+                slot_of[ix(slots[ix(s)])] = -1
                 evictions += 1
                 hand += 1
                 if hand == capacity:
                     hand = 0
-            slots[s] = h
-            bit[s] = 0
-            slot_of[h] = s
+            slots[ix(s)] = h
+            bit[ix(s)] = 0
+            slot_of[ix(h)] = s
     cnt[0] += hits
     cnt[1] += evictions
     return hit_tokens, used

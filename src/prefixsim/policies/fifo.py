@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,11 @@ class FIFOReference(ReferencePolicy):
 # ``head`` advances, so the ring read from ``head`` is always oldest-to-newest.
 
 
+# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
+# ring positions (``head`` and ``size`` stay in ``[0, capacity)``) and ``offsets`` positions are
+# non-negative, so numba's negative-index fix-up is skipped (1.5-1.8x, docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def fifo_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     resident = np.zeros(n_blocks, np.bool_)
@@ -79,30 +84,30 @@ def fifo_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, ca
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first non-resident block.
         k = start
-        while k < end and resident[block_ids[k]]:
+        while k < end and resident[ix(block_ids[ix(k)])]:
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         for i in range(start, end):
-            h = block_ids[i]
-            if resident[h]:
+            h = block_ids[ix(i)]
+            if resident[ix(h)]:
                 hits += 1
                 continue
             if size >= capacity:
-                resident[ring[head]] = False
+                resident[ix(ring[ix(head)])] = False
                 evictions += 1
-                ring[head] = h
+                ring[ix(head)] = h
                 head += 1
                 if head == capacity:
                     head = 0
             else:
-                ring[size] = h  # head stays 0 until the ring is full
+                ring[ix(size)] = h  # head stays 0 until the ring is full
                 size += 1
-            resident[h] = True
+            resident[ix(h)] = True
     cnt[0] += hits
     cnt[1] += evictions
     return hit_tokens, size

@@ -46,7 +46,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 _NO_PARENT = object()  # parent of a request's first block
 
@@ -127,6 +127,13 @@ class LRULeafReference(ReferencePolicy):
 # One function with scalar locals, no array-taking helpers (see s3fifo.py).
 
 
+# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
+# access positions (the heap's keys), heap slots and ``offsets`` positions are non-negative; an
+# end of a list or a parent's -1 is tested before it is used, or the list is known not to be
+# empty there (a full cache), so numba's negative-index fix-up is skipped (1.07-1.31x,
+# docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     resident = np.zeros(n_blocks, np.bool_)
@@ -149,52 +156,52 @@ def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first non-resident block.
         k = start
-        while k < end and resident[block_ids[k]]:
+        while k < end and resident[ix(block_ids[ix(k)])]:
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         pred = -1
         for i in range(start, end):
-            h = block_ids[i]
-            if resident[h]:
+            h = block_ids[ix(i)]
+            if resident[ix(h)]:
                 hits += 1
-                last[h] = i
+                last[ix(h)] = i
                 if h != tail:
                     # unlink h (not the tail, so nxt[h] >= 0) and relink it at the tail
-                    p = prev[h]
-                    q = nxt[h]
+                    p = prev[ix(h)]
+                    q = nxt[ix(h)]
                     if p >= 0:
-                        nxt[p] = q
+                        nxt[ix(p)] = q
                     else:
                         head = q
-                    prev[q] = p
-                    prev[h] = tail
-                    nxt[h] = -1
-                    nxt[tail] = h
+                    prev[ix(q)] = p
+                    prev[ix(h)] = tail
+                    nxt[ix(h)] = -1
+                    nxt[ix(tail)] = h
                     tail = h
-                if children[h] == 0:
+                if children[ix(h)] == 0:
                     # a leaf: to the leaf tail (from the list, or from the heap, whose entry
                     # dies as last[h] changed)
-                    if in_list[h]:
+                    if in_list[ix(h)]:
                         if h == ltail:
                             pred = h
                             continue
-                        p = lprev[h]
-                        q = lnext[h]
+                        p = lprev[ix(h)]
+                        q = lnext[ix(h)]
                         if p >= 0:
-                            lnext[p] = q
+                            lnext[ix(p)] = q
                         else:
                             lhead = q
-                        lprev[q] = p
-                    in_list[h] = True
-                    lprev[h] = ltail
-                    lnext[h] = -1
+                        lprev[ix(q)] = p
+                    in_list[ix(h)] = True
+                    lprev[ix(h)] = ltail
+                    lnext[ix(h)] = -1
                     if ltail >= 0:
-                        lnext[ltail] = h
+                        lnext[ix(ltail)] = h
                     else:
                         lhead = h
                     ltail = h
@@ -206,63 +213,68 @@ def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt
                 victim = -1
                 while heap_len > 0:
                     key = heap[0]
-                    b = block_ids[key]
-                    live = resident[b] and not in_list[b] and last[b] == key and children[b] == 0
-                    if live and lhead >= 0 and key >= last[lhead]:
+                    b = block_ids[ix(key)]
+                    live = (
+                        resident[ix(b)]
+                        and not in_list[ix(b)]
+                        and last[ix(b)] == key
+                        and children[ix(b)] == 0
+                    )
+                    if live and lhead >= 0 and key >= last[ix(lhead)]:
                         break  # the leaf list's head is older: the heap's top stays
                     heap_len -= 1
-                    moved = heap[heap_len]
+                    moved = heap[ix(heap_len)]
                     j = 0
                     while True:
                         c = 2 * j + 1
                         if c >= heap_len:
                             break
-                        if c + 1 < heap_len and heap[c + 1] < heap[c]:
+                        if c + 1 < heap_len and heap[ix(c + 1)] < heap[ix(c)]:
                             c += 1
-                        if heap[c] >= moved:
+                        if heap[ix(c)] >= moved:
                             break
-                        heap[j] = heap[c]
+                        heap[ix(j)] = heap[ix(c)]
                         j = c
-                    heap[j] = moved
+                    heap[ix(j)] = moved
                     if live:
                         victim = b
                         break
                 if victim < 0 and lhead >= 0:
                     victim = lhead
-                    lhead = lnext[victim]
+                    lhead = lnext[ix(victim)]
                     if lhead >= 0:
-                        lprev[lhead] = -1
+                        lprev[ix(lhead)] = -1
                     else:
                         ltail = -1
-                    in_list[victim] = False
+                    in_list[ix(victim)] = False
                 elif victim < 0:  # no resident leaf (a cycle of parent links): plain LRU
                     victim = head
                     forced += 1
-                p = prev[victim]
-                q = nxt[victim]
+                p = prev[ix(victim)]
+                q = nxt[ix(victim)]
                 if p >= 0:
-                    nxt[p] = q
+                    nxt[ix(p)] = q
                 else:
                     head = q
                 if q >= 0:
-                    prev[q] = p
+                    prev[ix(q)] = p
                 else:
                     tail = p
-                resident[victim] = False
+                resident[ix(victim)] = False
                 size -= 1
                 evictions += 1
-                vp = parent[victim]
+                vp = parent[ix(victim)]
                 if vp >= 0:
-                    children[vp] -= 1
-                    if children[vp] == 0 and resident[vp]:
+                    children[ix(vp)] -= 1
+                    if children[ix(vp)] == 0 and resident[ix(vp)]:
                         # vp is a leaf again, with its old last access
-                        lv = last[vp]
-                        if lhead < 0 or lv < last[lhead]:
-                            in_list[vp] = True
-                            lprev[vp] = -1
-                            lnext[vp] = lhead
+                        lv = last[ix(vp)]
+                        if lhead < 0 or lv < last[ix(lhead)]:
+                            in_list[ix(vp)] = True
+                            lprev[ix(vp)] = -1
+                            lnext[ix(vp)] = lhead
                             if lhead >= 0:
-                                lprev[lhead] = vp
+                                lprev[ix(lhead)] = vp
                             else:
                                 ltail = vp
                             lhead = vp
@@ -271,72 +283,72 @@ def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt
                                 # compaction: keep the live entries, then heapify
                                 m = 0
                                 for s in range(heap_len):
-                                    key = heap[s]
-                                    b = block_ids[key]
+                                    key = heap[ix(s)]
+                                    b = block_ids[ix(key)]
                                     if (
-                                        resident[b] and not in_list[b] and last[b] == key
-                                        and children[b] == 0
+                                        resident[ix(b)] and not in_list[ix(b)]
+                                        and last[ix(b)] == key and children[ix(b)] == 0
                                     ):  # fmt: skip
-                                        heap[m] = key
+                                        heap[ix(m)] = key
                                         m += 1
                                 heap_len = m
                                 if 2 * heap_len > heap_cap:
                                     heap_cap = min(2 * heap_cap, heap.shape[0])
                                 for s in range(heap_len // 2 - 1, -1, -1):
-                                    moved = heap[s]
+                                    moved = heap[ix(s)]
                                     j = s
                                     while True:
                                         c = 2 * j + 1
                                         if c >= heap_len:
                                             break
-                                        if c + 1 < heap_len and heap[c + 1] < heap[c]:
+                                        if c + 1 < heap_len and heap[ix(c + 1)] < heap[ix(c)]:
                                             c += 1
-                                        if heap[c] >= moved:
+                                        if heap[ix(c)] >= moved:
                                             break
-                                        heap[j] = heap[c]
+                                        heap[ix(j)] = heap[ix(c)]
                                         j = c
-                                    heap[j] = moved
+                                    heap[ix(j)] = moved
                             j = heap_len  # push lv: sift up
                             heap_len += 1
                             while j > 0:
                                 p = (j - 1) >> 1
-                                if heap[p] <= lv:
+                                if heap[ix(p)] <= lv:
                                     break
-                                heap[j] = heap[p]
+                                heap[ix(j)] = heap[ix(p)]
                                 j = p
-                            heap[j] = lv
+                            heap[ix(j)] = lv
             # admit h at the MRU end, under pred
-            resident[h] = True
+            resident[ix(h)] = True
             size += 1
-            last[h] = i
-            prev[h] = tail
-            nxt[h] = -1
+            last[ix(h)] = i
+            prev[ix(h)] = tail
+            nxt[ix(h)] = -1
             if tail >= 0:
-                nxt[tail] = h
+                nxt[ix(tail)] = h
             else:
                 head = h
             tail = h
-            parent[h] = pred
+            parent[ix(h)] = pred
             if pred >= 0:
-                children[pred] += 1
-                if in_list[pred]:  # pred was a leaf: it leaves the leaf list
-                    p = lprev[pred]
-                    q = lnext[pred]
+                children[ix(pred)] += 1
+                if in_list[ix(pred)]:  # pred was a leaf: it leaves the leaf list
+                    p = lprev[ix(pred)]
+                    q = lnext[ix(pred)]
                     if p >= 0:
-                        lnext[p] = q
+                        lnext[ix(p)] = q
                     else:
                         lhead = q
                     if q >= 0:
-                        lprev[q] = p
+                        lprev[ix(q)] = p
                     else:
                         ltail = p
-                    in_list[pred] = False
-            if children[h] == 0:
-                in_list[h] = True
-                lprev[h] = ltail
-                lnext[h] = -1
+                    in_list[ix(pred)] = False
+            if children[ix(h)] == 0:
+                in_list[ix(h)] = True
+                lprev[ix(h)] = ltail
+                lnext[ix(h)] = -1
                 if ltail >= 0:
-                    lnext[ltail] = h
+                    lnext[ix(ltail)] = h
                 else:
                     lhead = h
                 ltail = h

@@ -44,7 +44,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,12 @@ class LRUTailFirstReference(ReferencePolicy):
 # moved. Evictions take ``head``, which is a placed block only when no old block is left.
 
 
+# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids
+# and ``offsets`` positions are non-negative; an end of the list (-1) or ``seg`` before the
+# request placed a block is tested before it is used, and ``head`` of a full cache is a block, so
+# numba's negative-index fix-up is skipped (1.04-1.05x, docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def lru_tail_first_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     resident = np.zeros(n_blocks, np.bool_)
@@ -117,65 +123,65 @@ def lru_tail_first_kernel(block_ids, offsets, input_lengths, n_blocks, block_siz
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first non-resident block.
         k = start
-        while k < end and resident[block_ids[k]]:
+        while k < end and resident[ix(block_ids[ix(k)])]:
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         seg = -1
         for i in range(start, end):
-            h = block_ids[i]
-            if resident[h]:
+            h = block_ids[ix(i)]
+            if resident[ix(h)]:
                 hits += 1
-                if stamp[h] == r:
+                if stamp[ix(h)] == r:
                     continue  # a duplicate already placed keeps its place
                 # unlink the old block h (it is not placed, so it is not seg)
-                p = prev[h]
-                n = nxt[h]
+                p = prev[ix(h)]
+                n = nxt[ix(h)]
                 if p >= 0:
-                    nxt[p] = n
+                    nxt[ix(p)] = n
                 else:
                     head = n
                 if n >= 0:
-                    prev[n] = p
+                    prev[ix(n)] = p
                 else:
                     tail = p
             else:
                 if size >= capacity:
                     victim = head
                     if victim == seg:  # nothing old is left: the request's own tail goes
-                        seg = nxt[victim]
+                        seg = nxt[ix(victim)]
                         self_evictions += 1
-                    head = nxt[victim]
+                    head = nxt[ix(victim)]
                     if head >= 0:
-                        prev[head] = -1
+                        prev[ix(head)] = -1
                     else:
                         tail = -1
-                    resident[victim] = False
+                    resident[ix(victim)] = False
                     size -= 1
                     evictions += 1
-                resident[h] = True
+                resident[ix(h)] = True
                 size += 1
-            stamp[h] = r
+            stamp[ix(h)] = r
             # place h: just before seg, or at the MRU end if nothing is placed yet
             if seg < 0:
-                prev[h] = tail
-                nxt[h] = -1
+                prev[ix(h)] = tail
+                nxt[ix(h)] = -1
                 if tail >= 0:
-                    nxt[tail] = h
+                    nxt[ix(tail)] = h
                 else:
                     head = h
                 tail = h
             else:
-                p = prev[seg]
-                prev[h] = p
-                nxt[h] = seg
-                prev[seg] = h
+                p = prev[ix(seg)]
+                prev[ix(h)] = p
+                nxt[ix(h)] = seg
+                prev[ix(seg)] = h
                 if p >= 0:
-                    nxt[p] = h
+                    nxt[ix(p)] = h
                 else:
                     head = h
             seg = h

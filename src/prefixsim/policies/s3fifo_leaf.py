@@ -64,7 +64,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import PolicySpec, register
+from .base import PolicySpec, ix, register
 from .s3fifo import S3FIFOParams, S3FIFOReference
 
 _NO_PARENT = object()  # parent of a request's first block
@@ -148,6 +148,12 @@ class S3FIFOLeafReference(S3FIFOReference):
 _NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
 
 
+# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
+# ring positions and ``offsets`` positions are non-negative; G's ends and a parent's -1 (none)
+# are tested before they are used, so numba's negative-index fix-up is skipped (1.08-1.43x,
+# docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def s3fifo_leaf_kernel(
     block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
@@ -167,25 +173,25 @@ def s3fifo_leaf_kernel(
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first block outside S ∪ M.
         k = start
         while k < end:
-            w = where[block_ids[k]]
+            w = where[ix(block_ids[ix(k)])]
             if w != _IN_S and w != _IN_M:
                 break
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         pred = -1
         for i in range(start, end):
-            h = block_ids[i]
-            w = where[h]
+            h = block_ids[ix(i)]
+            w = where[ix(h)]
             if w == _IN_S or w == _IN_M:  # noqa: SIM109 (plain compares in the hot loop)
                 hits += 1
-                f = freq[h] + 1
-                freq[h] = f if f < max_freq else max_freq
+                f = freq[ix(h)] + 1
+                freq[ix(h)] = f if f < max_freq else max_freq
                 pred = h
                 continue
             # A miss: pending moves as in s3fifo.py (to_g, to_m, to_s).
@@ -195,14 +201,14 @@ def s3fifo_leaf_kernel(
             to_s = -1
             if w == _IN_G:
                 ghost_hits += 1
-                p = g_link[h, 0]
-                n = g_link[h, 1]
+                p = g_link[ix(h), 0]
+                n = g_link[ix(h), 1]
                 if p >= 0:
-                    g_link[p, 1] = n
+                    g_link[ix(p), 1] = n
                 else:
                     g_head = n
                 if n >= 0:
-                    g_link[n, 0] = p
+                    g_link[ix(n), 0] = p
                 else:
                     g_tail = p
                 g_len -= 1
@@ -215,37 +221,37 @@ def s3fifo_leaf_kernel(
                     # insert_to_G (the parent count was already released at eviction)
                     if g_len >= ghost_cap:
                         old = g_head
-                        g_head = g_link[old, 1]
+                        g_head = g_link[ix(old), 1]
                         if g_head >= 0:
-                            g_link[g_head, 0] = -1
+                            g_link[ix(g_head), 0] = -1
                         else:
                             g_tail = -1
-                        where[old] = _NONE
+                        where[ix(old)] = _NONE
                         g_len -= 1
-                    g_link[to_g, 0] = g_tail
-                    g_link[to_g, 1] = -1
+                    g_link[ix(to_g), 0] = g_tail
+                    g_link[ix(to_g), 1] = -1
                     if g_tail >= 0:
-                        g_link[g_tail, 1] = to_g
+                        g_link[ix(g_tail), 1] = to_g
                     else:
                         g_head = to_g
                     g_tail = to_g
                     g_len += 1
-                    where[to_g] = _IN_G
+                    where[ix(to_g)] = _IN_G
                     to_g = -1
                 if to_m >= 0:
                     # admit_to_M: second chance, skipping freq-0 heads with resident children.
                     skipped = 0
                     while m_len >= main_cap:
-                        victim = m_ring[m_head]
-                        vf = freq[victim]
+                        victim = m_ring[ix(m_head)]
+                        vf = freq[ix(victim)]
                         if vf >= 1:
                             m_head += 1  # M is full: advancing the head requeues at the tail
                             if m_head == main_cap:
                                 m_head = 0
-                            freq[victim] = vf - 1
+                            freq[ix(victim)] = vf - 1
                             skipped = 0
                             continue
-                        if children[victim] > 0:
+                        if children[ix(victim)] > 0:
                             if skipped < m_len:
                                 m_head += 1
                                 if m_head == main_cap:
@@ -259,53 +265,53 @@ def s3fifo_leaf_kernel(
                             m_head = 0
                         m_len -= 1
                         evictions += 1
-                        vp = parent[victim]
+                        vp = parent[ix(victim)]
                         if vp >= 0:
-                            children[vp] -= 1
+                            children[ix(vp)] -= 1
                         to_g = victim  # inserted at the top of the next round
                         break
                     pos = m_head + m_len
                     if pos >= main_cap:
                         pos -= main_cap
-                    m_ring[pos] = to_m
+                    m_ring[ix(pos)] = to_m
                     m_len += 1
-                    where[to_m] = _IN_M
-                    freq[to_m] = to_m_freq
+                    where[ix(to_m)] = _IN_M
+                    freq[ix(to_m)] = to_m_freq
                     to_m = -1
                     continue
                 if to_s < 0:
                     break
                 if s_len >= small_cap:
                     # admit_to_S drains S's head: warm to M (freq kept), cold to G.
-                    victim = s_ring[s_head]
+                    victim = s_ring[ix(s_head)]
                     s_head += 1
                     if s_head == small_cap:
                         s_head = 0
                     s_len -= 1
-                    vf = freq[victim]
+                    vf = freq[ix(victim)]
                     if vf >= 1:
                         promotions += 1
                         to_m = victim
                         to_m_freq = vf
                     else:
                         evictions += 1
-                        vp = parent[victim]
+                        vp = parent[ix(victim)]
                         if vp >= 0:
-                            children[vp] -= 1
+                            children[ix(vp)] -= 1
                         to_g = victim
                     continue
                 pos = s_head + s_len
                 if pos >= small_cap:
                     pos -= small_cap
-                s_ring[pos] = to_s
+                s_ring[ix(pos)] = to_s
                 s_len += 1
-                where[to_s] = _IN_S
-                freq[to_s] = 0
+                where[ix(to_s)] = _IN_S
+                freq[ix(to_s)] = 0
                 break
             # h is now resident (in S, or in M after a ghost hit): its predecessor adopts it.
-            parent[h] = pred
+            parent[ix(h)] = pred
             if pred >= 0:
-                children[pred] += 1
+                children[ix(pred)] += 1
             pred = h
     cnt[0] += hits
     cnt[1] += evictions

@@ -43,7 +43,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,12 @@ class SIEVEReference(ReferencePolicy):
 _PREV, _NEXT, _VISITED = 0, 1, 2
 
 
+# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): an end of the
+# list, -1, is tested before it is used as an index (the hand falls back to the tail, which a
+# full cache has), so every index is a block id or an ``offsets`` position, non-negative, and
+# numba's negative-index fix-up is skipped (1.2-1.4x, docs/performance.md).
+
+
 @njit(cache=True, nogil=True)
 def sieve_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
     node = np.empty((n_blocks, 3), np.int32)
@@ -158,53 +164,53 @@ def sieve_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, c
     n_requests = input_lengths.shape[0]
     hit_tokens = np.empty(n_requests, np.int64)
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
         # Longest resident prefix at arrival: stops at the first block not in T.
         k = start
-        while k < end and node[block_ids[k], _VISITED] >= 0:
+        while k < end and node[ix(block_ids[ix(k)]), _VISITED] >= 0:
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, input_lengths[r])
+        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
         # Then every block of the request is accessed, hit or miss, in order.
         for i in range(start, end):
-            x = block_ids[i]
-            if node[x, _VISITED] >= 0:  # 1: cache hit
+            x = block_ids[ix(i)]
+            if node[ix(x), _VISITED] >= 0:  # 1: cache hit
                 hits += 1
-                node[x, _VISITED] = 1  # 2
+                node[ix(x), _VISITED] = 1  # 2
                 continue
             if size == capacity:  # 4: cache full
                 o = hand  # 5
                 if o < 0:  # 6
                     o = tail  # 7
-                while node[o, _VISITED] == 1:  # 8
-                    node[o, _VISITED] = 0  # 9
-                    o = node[o, _PREV]  # 10
+                while node[ix(o), _VISITED] == 1:  # 8
+                    node[ix(o), _VISITED] = 0  # 9
+                    o = node[ix(o), _PREV]  # 10
                     if o < 0:  # 11
                         o = tail  # 12
-                p = node[o, _PREV]
-                n = node[o, _NEXT]
+                p = node[ix(o), _PREV]
+                n = node[ix(o), _NEXT]
                 hand = p  # 13
                 # 14: discard o
                 if p >= 0:
-                    node[p, _NEXT] = n
+                    node[ix(p), _NEXT] = n
                 else:
                     head = n
                 if n >= 0:
-                    node[n, _PREV] = p
+                    node[ix(n), _PREV] = p
                 else:
                     tail = p
-                node[o, _VISITED] = -1
+                node[ix(o), _VISITED] = -1
                 size -= 1
                 evictions += 1
             # 15: insert x at the head; 16: not visited
-            node[x, _PREV] = -1
-            node[x, _NEXT] = head
+            node[ix(x), _PREV] = -1
+            node[ix(x), _NEXT] = head
             if head >= 0:
-                node[head, _PREV] = x
+                node[ix(head), _PREV] = x
             else:
                 tail = x
             head = x
-            node[x, _VISITED] = 0
+            node[ix(x), _VISITED] = 0
             size += 1
     cnt[0] += hits
     cnt[1] += evictions

@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..policies.base import ix
+
 CODES: dict[str, int] = {"LRU": 0, "FIFO": 1, "SIEVE": 2, "LFU": 3, "S3FIFO": 4}
 """Policies the kernel runs, in any tier."""
 _LRU, _FIFO, _SIEVE, _LFU, _S3FIFO = 0, 1, 2, 3, 4
@@ -36,65 +38,74 @@ _W, _A, _P, _N = 0, 1, 2, 3  # fields of st[h, t]: where, aux, prev, next
 _HITS, _ADMISSIONS, _DEMOTIONS_IN, _EVICTIONS, _PROMOTIONS_OUT = 0, 1, 2, 3, 4
 
 
+# Every subscript in the step functions and the replay loop is ``a[ix(i)]``
+# (:data:`~prefixsim.policies.base.ix`), so numba skips its negative-index fix-up: block ids,
+# tier numbers, list numbers (S3FIFO's ``where - 1`` of a resident block is 0 or 1), LFU counts
+# (>= 1) and ``offsets`` positions are non-negative, and an end of a list, -1, is tested before it
+# is used as an index, or the list is known not to be empty there (a full tier, or a SIEVE hand
+# that falls back to the oldest entry). Measured 1.06-1.09x (docs/performance.md); a flat ``st``
+# with shifts instead of the 3-d array's multiplications measured no faster and was not kept.
+
+
 @njit(inline="always")
 def _unlink(st, heads, tails, t, lst, h):
-    p = st[h, t, _P]
-    n = st[h, t, _N]
+    p = st[ix(h), ix(t), _P]
+    n = st[ix(h), ix(t), _N]
     if p >= 0:
-        st[p, t, _N] = n
+        st[ix(p), ix(t), _N] = n
     else:
-        heads[t, lst] = n
+        heads[ix(t), ix(lst)] = n
     if n >= 0:
-        st[n, t, _P] = p
+        st[ix(n), ix(t), _P] = p
     else:
-        tails[t, lst] = p
+        tails[ix(t), ix(lst)] = p
 
 
 @njit(inline="always")
 def _pop_head(st, heads, tails, t, lst):
     """Unlink and return the oldest entry of non-empty list ``lst`` of tier ``t``."""
-    v = heads[t, lst]
-    n = st[v, t, _N]
-    heads[t, lst] = n
+    v = heads[ix(t), ix(lst)]
+    n = st[ix(v), ix(t), _N]
+    heads[ix(t), ix(lst)] = n
     if n >= 0:
-        st[n, t, _P] = -1
+        st[ix(n), ix(t), _P] = -1
     else:
-        tails[t, lst] = -1
+        tails[ix(t), ix(lst)] = -1
     return v
 
 
 @njit(inline="always")
 def _push(st, heads, tails, t, lst, h):
     """Append ``h`` at the newest end of list ``lst`` of tier ``t``."""
-    old = tails[t, lst]
-    st[h, t, _P] = old
-    st[h, t, _N] = -1
+    old = tails[ix(t), ix(lst)]
+    st[ix(h), ix(t), _P] = old
+    st[ix(h), ix(t), _N] = -1
     if old >= 0:
-        st[old, t, _N] = h
+        st[ix(old), ix(t), _N] = h
     else:
-        heads[t, lst] = h
-    tails[t, lst] = h
+        heads[ix(t), ix(lst)] = h
+    tails[ix(t), ix(lst)] = h
 
 
 @njit(inline="always")
 def _hit(code, t, h, st, bh, bt, min_f, max_freq, lh, lt):
     """The access rule of a block resident in tier ``t``."""
     if code == _LRU:
-        if lt[t, 0] != h:
+        if lt[ix(t), 0] != h:
             _unlink(st, lh, lt, t, 0, h)
             _push(st, lh, lt, t, 0, h)
     elif code == _SIEVE:
-        st[h, t, _A] = 1
+        st[ix(h), ix(t), _A] = 1
     elif code == _LFU:
-        f = st[h, t, _A]
+        f = st[ix(h), ix(t), _A]
         _unlink(st, bh, bt, t, f, h)
-        if f == min_f[t] and bh[t, f] < 0:
-            min_f[t] = f + 1
-        st[h, t, _A] = f + 1
+        if f == min_f[ix(t)] and bh[ix(t), ix(f)] < 0:
+            min_f[ix(t)] = f + 1
+        st[ix(h), ix(t), _A] = f + 1
         _push(st, bh, bt, t, f + 1, h)
     elif code == _S3FIFO:
-        f = st[h, t, _A] + 1
-        st[h, t, _A] = f if f < max_freq else max_freq
+        f = st[ix(h), ix(t), _A] + 1
+        st[ix(h), ix(t), _A] = f if f < max_freq else max_freq
     # FIFO: a hit changes nothing
 
 
@@ -102,15 +113,15 @@ def _hit(code, t, h, st, bh, bt, min_f, max_freq, lh, lt):
 def _remove(code, t, h, st, bh, bt, lh, lt, ln, hand):
     """Take resident ``h`` out of tier ``t``: no ghost entry, not an eviction."""
     if code == _LFU:
-        _unlink(st, bh, bt, t, st[h, t, _A], h)
-        ln[t, 0] -= 1  # min_f stays a lower bound of the smallest count
+        _unlink(st, bh, bt, t, st[ix(h), ix(t), _A], h)
+        ln[ix(t), 0] -= 1  # min_f stays a lower bound of the smallest count
     else:
-        lst = st[h, t, _W] - 1  # S3FIFO: S is list 0, M list 1; the others use list 0
-        if code == _SIEVE and hand[t] == h:
-            hand[t] = st[h, t, _N]  # as after evicting h: toward the newer neighbour
+        lst = st[ix(h), ix(t), _W] - 1  # S3FIFO: S is list 0, M list 1; the others use list 0
+        if code == _SIEVE and hand[ix(t)] == h:
+            hand[ix(t)] = st[ix(h), ix(t), _N]  # as after evicting h: toward the newer neighbour
         _unlink(st, lh, lt, t, lst, h)
-        ln[t, lst] -= 1
-    st[h, t, _W] = _ABSENT
+        ln[ix(t), ix(lst)] -= 1
+    st[ix(h), ix(t), _W] = _ABSENT
 
 
 @njit(inline="always")
@@ -121,94 +132,94 @@ def _admit(
     """The miss path of tier ``t`` for ``h`` (not resident there); returns its victim or -1."""
     victim = -1
     if code == _LRU or code == _FIFO:  # noqa: SIM109 (plain compares in the hot loop)
-        if ln[t, 0] >= cap:
+        if ln[ix(t), 0] >= cap:
             victim = _pop_head(st, lh, lt, t, 0)
-            st[victim, t, _W] = _ABSENT
-            ln[t, 0] -= 1
+            st[ix(victim), ix(t), _W] = _ABSENT
+            ln[ix(t), 0] -= 1
         _push(st, lh, lt, t, 0, h)
-        st[h, t, _W] = _RES
-        ln[t, 0] += 1
+        st[ix(h), ix(t), _W] = _RES
+        ln[ix(t), 0] += 1
     elif code == _SIEVE:
         # The paper's list from its tail (oldest, lh) to its head (newest, lt): the paper's
         # o.prev (toward the head) is st[o, t, _N].
-        if ln[t, 0] >= cap:
-            o = hand[t]
+        if ln[ix(t), 0] >= cap:
+            o = hand[ix(t)]
             if o < 0:
-                o = lh[t, 0]
-            while st[o, t, _A] == 1:
-                st[o, t, _A] = 0
-                o = st[o, t, _N]
+                o = lh[ix(t), 0]
+            while st[ix(o), ix(t), _A] == 1:
+                st[ix(o), ix(t), _A] = 0
+                o = st[ix(o), ix(t), _N]
                 if o < 0:
-                    o = lh[t, 0]
-            hand[t] = st[o, t, _N]
+                    o = lh[ix(t), 0]
+            hand[ix(t)] = st[ix(o), ix(t), _N]
             _unlink(st, lh, lt, t, 0, o)
-            st[o, t, _W] = _ABSENT
-            ln[t, 0] -= 1
+            st[ix(o), ix(t), _W] = _ABSENT
+            ln[ix(t), 0] -= 1
             victim = o
         _push(st, lh, lt, t, 0, h)
-        st[h, t, _W] = _RES
-        st[h, t, _A] = 0
-        ln[t, 0] += 1
+        st[ix(h), ix(t), _W] = _RES
+        st[ix(h), ix(t), _A] = 0
+        ln[ix(t), 0] += 1
     elif code == _LFU:
-        if ln[t, 0] >= cap:
-            f = min_f[t]
-            while bh[t, f] < 0:  # stale after a removal emptied the lowest bucket
+        if ln[ix(t), 0] >= cap:
+            f = min_f[ix(t)]
+            while bh[ix(t), ix(f)] < 0:  # stale after a removal emptied the lowest bucket
                 f += 1
             victim = _pop_head(st, bh, bt, t, f)
-            st[victim, t, _W] = _ABSENT
-            ln[t, 0] -= 1
-        min_f[t] = 1
-        st[h, t, _A] = 1
+            st[ix(victim), ix(t), _W] = _ABSENT
+            ln[ix(t), 0] -= 1
+        min_f[ix(t)] = 1
+        st[ix(h), ix(t), _A] = 1
         _push(st, bh, bt, t, 1, h)
-        st[h, t, _W] = _RES
-        ln[t, 0] += 1
+        st[ix(h), ix(t), _W] = _RES
+        ln[ix(t), 0] += 1
     else:  # S3FIFO, as in its single-cache kernel, with lists for S and M
         main_cap = cap - small_cap
         to_g = -1
         to_m = -1
         to_m_freq = 0
         to_s = -1
-        if st[h, t, _W] == _IN_G:
+        if st[ix(h), ix(t), _W] == _IN_G:
             _unlink(st, lh, lt, t, _G, h)
-            ln[t, _G] -= 1
+            ln[ix(t), _G] -= 1
             to_m = h
             to_m_freq = ghost_freq
         else:
             to_s = h
         while True:
             if to_g >= 0:
-                if ln[t, _G] >= main_cap:
+                if ln[ix(t), _G] >= main_cap:
                     old = _pop_head(st, lh, lt, t, _G)
-                    st[old, t, _W] = _ABSENT
-                    ln[t, _G] -= 1
+                    st[ix(old), ix(t), _W] = _ABSENT
+                    ln[ix(t), _G] -= 1
                 _push(st, lh, lt, t, _G, to_g)
-                ln[t, _G] += 1
-                st[to_g, t, _W] = _IN_G
+                ln[ix(t), _G] += 1
+                st[ix(to_g), ix(t), _W] = _IN_G
                 to_g = -1
             if to_m >= 0:
-                while ln[t, _M] >= main_cap:
+                while ln[ix(t), _M] >= main_cap:
                     v = _pop_head(st, lh, lt, t, _M)
-                    vf = st[v, t, _A]
+                    vf = st[ix(v), ix(t), _A]
                     if vf >= 1:
-                        st[v, t, _A] = vf - 1
+                        st[ix(v), ix(t), _A] = vf - 1
                         _push(st, lh, lt, t, _M, v)  # second chance: requeued at the tail
                         continue
-                    ln[t, _M] -= 1
+                    ln[ix(t), _M] -= 1
                     victim = v
                     to_g = v
                     break
                 _push(st, lh, lt, t, _M, to_m)
-                ln[t, _M] += 1
-                st[to_m, t, _W] = _IN_M
-                st[to_m, t, _A] = to_m_freq
+                ln[ix(t), _M] += 1
+                st[ix(to_m), ix(t), _W] = _IN_M
+                st[ix(to_m), ix(t), _A] = to_m_freq
                 to_m = -1
                 continue
             if to_s < 0:
                 break
-            if ln[t, _S] >= small_cap:
+            if ln[ix(t), _S] >= small_cap:
                 v = _pop_head(st, lh, lt, t, _S)
-                ln[t, _S] -= 1
-                vf = st[v, t, _A]
+                ln[ix(t), _S] -= 1
+                vf = st[ix(v), ix(t), _A]
                 if vf >= 1:
                     to_m = v
                     to_m_freq = vf
@@ -217,9 +228,9 @@ def _admit(
                     to_g = v
                 continue
             _push(st, lh, lt, t, _S, to_s)
-            ln[t, _S] += 1
-            st[to_s, t, _W] = _RES
-            st[to_s, t, _A] = 0
+            ln[ix(t), _S] += 1
+            st[ix(to_s), ix(t), _W] = _RES
+            st[ix(to_s), ix(t), _A] = 0
             break
     return victim
 
@@ -273,16 +284,16 @@ def _replay(
     n_tiers = codes.shape[0]
     n_requests = input_lengths.shape[0]
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
-        length = input_lengths[r]
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
+        length = input_lengths[ix(r)]
         # The prefix scan at arrival over the union; block j to the fastest tier holding it.
         k = start
         while k < end:
-            h = block_ids[k]
+            h = block_ids[ix(k)]
             t = 0
             while t < n_tiers:
-                w = st[h, t, _W]
+                w = st[ix(h), ix(t), _W]
                 if w == _RES or w == _IN_M:  # noqa: SIM109 (plain compares in the hot loop)
                     break
                 t += 1
@@ -293,56 +304,56 @@ def _replay(
             if hi > length:
                 hi = length
             if hi > lo:
-                tier_hit_tokens[t, r] += hi - lo
+                tier_hit_tokens[ix(t), ix(r)] += hi - lo
             k += 1
-        hit_tokens[r] = min((k - start) * block_size, length)
+        hit_tokens[ix(r)] = min((k - start) * block_size, length)
         for i in range(start, end):
-            h = block_ids[i]
+            h = block_ids[ix(i)]
             t = 0
             while t < n_tiers:
-                w = st[h, t, _W]
+                w = st[ix(h), ix(t), _W]
                 if w == _RES or w == _IN_M:  # noqa: SIM109
                     break
                 t += 1
             if t < n_tiers:
-                tcnt[t, _HITS] += 1
+                tcnt[ix(t), _HITS] += 1
             if exclusive:
                 if t == 0:
                     _hit(codes[0], 0, h, st, bh, bt, min_f, max_freqs[0], lh, lt)
                     continue
                 if t < n_tiers:
-                    _remove(codes[t], t, h, st, bh, bt, lh, lt, ln, hand)
-                    tcnt[t, _PROMOTIONS_OUT] += 1
+                    _remove(codes[ix(t)], t, h, st, bh, bt, lh, lt, ln, hand)
+                    tcnt[ix(t), _PROMOTIONS_OUT] += 1
                 # Admit to tier 0; each victim is demoted one tier down (dropped from the last).
                 u = 0
                 x = h
                 tcnt[0, _ADMISSIONS] += 1
                 while True:
                     v = _admit(
-                        codes[u], u, x, st, bh, bt, min_f, lh, lt, ln, hand,
-                        caps[u], small_caps[u], max_freqs[u], ghost_freqs[u],
+                        codes[ix(u)], u, x, st, bh, bt, min_f, lh, lt, ln, hand,
+                        caps[ix(u)], small_caps[ix(u)], max_freqs[ix(u)], ghost_freqs[ix(u)],
                     )  # fmt: skip
                     if v < 0:
                         break
-                    tcnt[u, _EVICTIONS] += 1
+                    tcnt[ix(u), _EVICTIONS] += 1
                     u += 1
                     if u == n_tiers:
                         break
-                    tcnt[u, _ADMISSIONS] += 1
-                    tcnt[u, _DEMOTIONS_IN] += 1
+                    tcnt[ix(u), _ADMISSIONS] += 1
+                    tcnt[ix(u), _DEMOTIONS_IN] += 1
                     x = v
             else:
                 if t < n_tiers:
-                    _hit(codes[t], t, h, st, bh, bt, min_f, max_freqs[t], lh, lt)
+                    _hit(codes[ix(t)], t, h, st, bh, bt, min_f, max_freqs[ix(t)], lh, lt)
                     if t > 0:
-                        tcnt[t, _PROMOTIONS_OUT] += 1
+                        tcnt[ix(t), _PROMOTIONS_OUT] += 1
                 for u in range(t):  # a miss (t == n_tiers) goes to every tier
-                    tcnt[u, _ADMISSIONS] += 1
+                    tcnt[ix(u), _ADMISSIONS] += 1
                     v = _admit(
-                        codes[u], u, h, st, bh, bt, min_f, lh, lt, ln, hand,
-                        caps[u], small_caps[u], max_freqs[u], ghost_freqs[u],
+                        codes[ix(u)], u, h, st, bh, bt, min_f, lh, lt, ln, hand,
+                        caps[ix(u)], small_caps[ix(u)], max_freqs[ix(u)], ghost_freqs[ix(u)],
                     )  # fmt: skip
                     if v >= 0:
-                        tcnt[u, _EVICTIONS] += 1
+                        tcnt[ix(u), _EVICTIONS] += 1
     for t in range(n_tiers):
         occupancy[t] = ln[t, 0] + (ln[t, _M] if codes[t] == _S3FIFO else 0)
