@@ -139,7 +139,8 @@ class S3FIFOLeafReference(S3FIFOReference):
 
 
 # --- compiled kernel ------------------------------------------------------------------------
-# s3fifo.py's kernel, line for line, plus ``parent`` / ``children`` arrays: the M drain counts
+# The layout of s3fifo.py's kernel before it kept S, M and G in one ring array with one
+# position per ring (separate rings, a head and a length each), plus ``parent`` / ``children`` arrays: the M drain counts
 # ``skipped`` (a skip is just advancing the head of the full ring, like a requeue), both
 # evictions (S head to G, M head to G) decrement the victim's parent's count, and the accessed
 # block is adopted by its predecessor once its admission loop is done.
