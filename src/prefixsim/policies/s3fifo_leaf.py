@@ -140,10 +140,10 @@ class S3FIFOLeafReference(S3FIFOReference):
 
 # --- compiled kernel ------------------------------------------------------------------------
 # The layout of s3fifo.py's kernel before it kept S, M and G in one ring array with one
-# position per ring (separate rings, a head and a length each), plus ``parent`` / ``children`` arrays: the M drain counts
-# ``skipped`` (a skip is just advancing the head of the full ring, like a requeue), both
-# evictions (S head to G, M head to G) decrement the victim's parent's count, and the accessed
-# block is adopted by its predecessor once its admission loop is done.
+# position per ring (separate rings, a head and a length each), plus ``parent`` / ``children``
+# arrays: the M drain counts ``skipped`` (a skip is just advancing the head of the full ring,
+# like a requeue), both evictions (S head to G, M head to G) decrement the victim's parent's
+# count, and the accessed block is adopted by its predecessor once its admission loop is done.
 # One function with scalar locals, no array-taking helpers (see s3fifo.py).
 
 _NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
