@@ -14,28 +14,39 @@ log = logging.getLogger("sweep")
 
 
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Ignore SIGINT and SIGTERM (noted, not raised) during a short write that must finish: the
-    sweep is stopping already, and a half-done final step would leave the directory claiming a
-    state it is not in. (Python handlers, not a blocked mask: any thread may take a signal.)"""
+def _held_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM noted, not raised, while the block runs: yields the list of those
+    that arrived. (Python handlers, not a blocked mask: any thread may take a signal; off the
+    main thread, where no handler can be set, nothing is held.)"""
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
 
     def note(signum: int, frame: Any) -> None:
         received.append(signum)
 
     previous = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield received
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if received:
-            log.warning("a stop signal arrived while the manifest was written; it is written")
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM (noted, not raised) during a short write that must finish: the
+    sweep is stopping already, and a half-done final step would leave the directory claiming a
+    state it is not in."""
+    with _held_signals() as received:
+        try:
+            yield
+        finally:
+            if received:
+                log.warning("a stop signal arrived while the manifest was written; it is written")
 
 
 @contextlib.contextmanager
@@ -43,22 +54,8 @@ def interrupt_after() -> Iterator[None]:
     """Hold back SIGINT and SIGTERM during a short step that must not be cut in the middle
     (an import cut short leaves a half-initialised module that fails at its next import, the
     final merge's), then stop as they would have: KeyboardInterrupt at the end of the step."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
+    with _held_signals() as received:
         yield
-        return
-    received: list[int] = []
-
-    def note(signum: int, frame: Any) -> None:
-        received.append(signum)
-
-    previous = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     if received:
         raise KeyboardInterrupt
 
