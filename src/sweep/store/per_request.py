@@ -153,7 +153,7 @@ SEGMENT_COLUMNS: tuple[str, ...] = ("point_id", "trace_sha256", *PART_LIST_COLUM
 """The columns of part rows that per-request rows are built from."""
 
 
-def _segment_columns(table: pa.Table) -> pa.Table:
+def segment_columns(table: pa.Table) -> pa.Table:
     """``table`` with only :data:`SEGMENT_COLUMNS` (those it has), in that order."""
     names = table.column_names  # a new list at every access: once per table
     if names == [c for c in SEGMENT_COLUMNS if c in names]:
@@ -173,7 +173,7 @@ def cut_segments(tables: list[pa.Table], old_ids: np.ndarray) -> list[_Segment]:
     # Parts of consecutive ids (most batches) pooled in the order of their first ids are
     # sorted already: the sort (a copy of every hit token) is then left out.
     tables = sorted(tables, key=lambda t: t.column("point_id")[0].as_py())
-    table = pa.concat_tables([_segment_columns(t) for t in tables])
+    table = pa.concat_tables([segment_columns(t) for t in tables])
     if (np.diff(table.column("point_id").to_numpy()) < 0).any():
         table = table.sort_by("point_id")
     ids = table.column("point_id").to_numpy()

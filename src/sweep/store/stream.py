@@ -29,12 +29,12 @@ import pyarrow.parquet as pq
 from .files import PendingFile
 from .per_request import (
     PER_REQUEST_WRITE_OPTIONS,
-    SEGMENT_COLUMNS,
     PromptTokens,
     RowGroupBuilder,
     RowGroupCutter,
     cut_segments,
     has_cost,
+    segment_columns,
 )
 from .schemas import per_request_schema
 
@@ -122,8 +122,7 @@ class PerRequestStream:
                 raise ValueError("cost columns not as expected")
             # Only the columns the rows are built from: a part has about a hundred, and
             # selecting them again for each of a batch's points cost more than the rows did.
-            names = set(table.column_names)
-            table = table.select([c for c in SEGMENT_COLUMNS if c in names])
+            table = segment_columns(table)
             ids = table.column("point_id").to_pylist()
             valid = table.column("hit_tokens").is_valid().to_pylist()
             for i, (point_id, has_rows) in enumerate(zip(ids, valid, strict=True)):
