@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import TraceError
+from ..policies.base import ix
 
 HASH_NAME = "prefixsim-chain-v1"
 SEED0 = 0x9E3779B97F4A7C15
@@ -98,22 +99,24 @@ def _fmix_b(x: np.uint64) -> np.uint64:
 
 @njit(cache=True)
 def _chain_kernel(tokens, token_offsets, block_offsets, block_size, h0, h1):
+    # Every subscript is ``a[ix(i)]``: request numbers, block and token positions are offsets
+    # positions, never negative, so numba's negative-index fix-up is skipped.
     s0 = np.uint64(SEED0)
     s1 = np.uint64(SEED1)
     for r in range(len(token_offsets) - 1):
         p0 = np.uint64(0)
         p1 = np.uint64(0)
-        t = token_offsets[r]
-        for b in range(block_offsets[r], block_offsets[r + 1]):
+        t = token_offsets[ix(r)]
+        for b in range(block_offsets[ix(r)], block_offsets[ix(r + 1)]):
             a = _fmix_a(p0 ^ s0)
             c = _fmix_b(p1 ^ s1)
             for i in range(t, t + block_size):
-                u = np.uint64(tokens[i])
+                u = np.uint64(tokens[ix(i)])
                 a = _fmix_a(a ^ u)
                 c = _fmix_b(c ^ u)
             t += block_size
-            h0[b] = a
-            h1[b] = c
+            h0[ix(b)] = a
+            h1[ix(b)] = c
             p0 = a
             p1 = c
 
@@ -157,28 +160,31 @@ def _intern_kernel(h0, h1, block_offsets, ids, table_bits):
     key1 = np.empty(len(h0), dtype=np.uint64)
     parent_of = np.empty(len(h0), dtype=np.int64)
     n = 0
+    # Indices are unsigned (``a[ix(i)]``): access positions and request numbers are offsets
+    # positions, ``s`` is a uint64 already, and a dense id ``d`` is used only once it is known
+    # to be ``>= 0`` (``-1``, an empty slot, is tested first).
     for r in range(len(block_offsets) - 1):
         parent = -1
-        for i in range(block_offsets[r], block_offsets[r + 1]):
-            a = h0[i]
-            b = h1[i]
+        for i in range(block_offsets[ix(r)], block_offsets[ix(r + 1)]):
+            a = h0[ix(i)]
+            b = h1[ix(i)]
             s = a & mask
             while True:
                 d = slots[s]
                 if d < 0:
                     slots[s] = n
-                    key0[n] = a
-                    key1[n] = b
-                    parent_of[n] = parent
+                    key0[ix(n)] = a
+                    key1[ix(n)] = b
+                    parent_of[ix(n)] = parent
                     d = n
                     n += 1
                     break
-                if key0[d] == a and key1[d] == b:
-                    if parent_of[d] != parent:
+                if key0[ix(d)] == a and key1[ix(d)] == b:
+                    if parent_of[ix(d)] != parent:
                         return n, i
                     break
                 s = (s + np.uint64(1)) & mask
-            ids[i] = d
+            ids[ix(i)] = d
             parent = d
     return n, -1
 

@@ -2,6 +2,11 @@
 :mod:`.mooncake_stream`: which subset it reads, and how, is documented there. Every function
 here is a kernel or a constant the kernels read; the byte codes are ASCII (``10`` newline,
 ``34`` ``"``, ``44`` ``,``, ``58`` ``:``, ``91``/``93`` brackets, ``123``/``125`` braces).
+
+Every subscript is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`), so numba skips its
+negative-index fix-up: byte positions start at a non-negative ``i`` and only grow, request and
+id positions (``r``, ``nid``) only grow from 0, an id ``v`` is read from digits alone (no sign)
+and is tested ``< len(table)`` before it indexes the table, and ``k`` counts digits or key bytes.
 """
 
 from __future__ import annotations
@@ -9,10 +14,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..policies.base import ix
+
 
 @njit(cache=True)
 def _skip_ws(buf, i, end):
-    while i < end and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
+    while i < end and (buf[ix(i)] == 32 or buf[ix(i)] == 9 or buf[ix(i)] == 13):
         i += 1
     return i
 
@@ -21,20 +28,20 @@ def _skip_ws(buf, i, end):
 def _read_int(buf, i, end, max_digits, allow_minus):
     """(value, next index, ok) of a JSON integer at ``buf[i]`` with no fraction or exponent."""
     neg = False
-    if i < end and buf[i] == 45:  # '-'
+    if i < end and buf[ix(i)] == 45:  # '-'
         if not allow_minus:
             return 0, i, False
         neg = True
         i += 1
     start = i
     v = 0
-    while i < end and 48 <= buf[i] <= 57:
-        v = v * 10 + (buf[i] - 48)
+    while i < end and 48 <= buf[ix(i)] <= 57:
+        v = v * 10 + (buf[ix(i)] - 48)
         i += 1
     n = i - start
-    if n == 0 or n > max_digits or (n > 1 and buf[start] == 48):
+    if n == 0 or n > max_digits or (n > 1 and buf[ix(start)] == 48):
         return 0, i, False
-    if i < end and (buf[i] == 46 or buf[i] == 101 or buf[i] == 69):  # '.', 'e', 'E'
+    if i < end and (buf[ix(i)] == 46 or buf[ix(i)] == 101 or buf[ix(i)] == 69):  # '.', 'e', 'E'
         return 0, i, False
     return (-v if neg else v), i, True
 
@@ -49,30 +56,30 @@ def _read_decimal(buf, i, end):
     one correctly rounded IEEE division of two exact doubles (Clinger's fast path), so it equals
     Python's ``float(text)``."""
     neg = False
-    if i < end and buf[i] == 45:
+    if i < end and buf[ix(i)] == 45:
         neg = True
         i += 1
     start = i
     m = 0
-    while i < end and 48 <= buf[i] <= 57:
-        m = m * 10 + (buf[i] - 48)
+    while i < end and 48 <= buf[ix(i)] <= 57:
+        m = m * 10 + (buf[ix(i)] - 48)
         i += 1
     n_int = i - start
-    if n_int == 0 or (n_int > 1 and buf[start] == 48):
+    if n_int == 0 or (n_int > 1 and buf[ix(start)] == 48):
         return 0.0, i, False
     k = 0
-    if i < end and buf[i] == 46:  # '.'
+    if i < end and buf[ix(i)] == 46:  # '.'
         i += 1
         f0 = i
-        while i < end and 48 <= buf[i] <= 57:
-            m = m * 10 + (buf[i] - 48)
+        while i < end and 48 <= buf[ix(i)] <= 57:
+            m = m * 10 + (buf[ix(i)] - 48)
             i += 1
         k = i - f0
         if k == 0:
             return 0.0, i, False
-    if n_int + k > 15 or (i < end and (buf[i] == 101 or buf[i] == 69)):
+    if n_int + k > 15 or (i < end and (buf[ix(i)] == 101 or buf[ix(i)] == 69)):
         return 0.0, i, False
-    v = float(m) / _POW10[k]
+    v = float(m) / _POW10[ix(k)]
     return (-v if neg else v), i, True
 
 
@@ -96,7 +103,7 @@ of strings and ``NO_SESSION`` never collide, and ``"7"`` and ``7`` stay apart.""
 @njit(cache=True)
 def _same(buf, i, key):
     for k in range(len(key)):  # noqa: SIM110 - numba compiles no generator expressions
-        if buf[i + k] != key[k]:
+        if buf[ix(i + k)] != key[ix(k)]:
             return False
     return True
 
@@ -138,57 +145,57 @@ def _parse_chunk(
     while i < end:
         line_start = i
         i = _skip_ws(buf, i, end)
-        if i < end and buf[i] == 10:  # blank line
+        if i < end and buf[ix(i)] == 10:  # blank line
             i += 1
             line += 1
             continue
         if i >= end:
             break
-        if buf[i] != 123:  # '{'
+        if buf[ix(i)] != 123:  # '{'
             return 1, i, r, nid, line, next_id, 0
         i += 1
         seen = 0
         first_id = nid
-        skeys[r] = NO_SESSION
+        skeys[ix(r)] = NO_SESSION
         while True:
             i = _skip_ws(buf, i, end)
-            if i >= end or buf[i] != 34:  # '"'
+            if i >= end or buf[ix(i)] != 34:  # '"'
                 return 1, i, r, nid, line, next_id, 0
             j = i + 1
-            while j < end and buf[j] != 34 and buf[j] != 92 and buf[j] != 10:
+            while j < end and buf[ix(j)] != 34 and buf[ix(j)] != 92 and buf[ix(j)] != 10:
                 j += 1
-            if j >= end or buf[j] != 34:
+            if j >= end or buf[ix(j)] != 34:
                 return 1, i, r, nid, line, next_id, 0
             code = _key_code(buf, i + 1, j)
             if code == 0 or (seen >> code) & 1:
                 return 1, i, r, nid, line, next_id, 0
             seen |= 1 << code
             i = _skip_ws(buf, j + 1, end)
-            if i >= end or buf[i] != 58:  # ':'
+            if i >= end or buf[ix(i)] != 58:  # ':'
                 return 1, i, r, nid, line, next_id, 0
             i = _skip_ws(buf, i + 1, end)
             if code == 1:
                 x, i, ok = _read_decimal(buf, i, end)
                 if not ok:
                     return 1, i, r, nid, line, next_id, 0
-                ts[r] = x
+                ts[ix(r)] = x
             elif code == 5:
                 ok = True
-                if i + 4 <= end and buf[i] == 110:  # 'n': null, no session
-                    ok = buf[i + 1] == 117 and buf[i + 2] == 108 and buf[i + 3] == 108
+                if i + 4 <= end and buf[ix(i)] == 110:  # 'n': null, no session
+                    ok = buf[ix(i + 1)] == 117 and buf[ix(i + 2)] == 108 and buf[ix(i + 3)] == 108
                     i += 4
-                elif i < end and buf[i] == 34:  # a string without escapes or control characters
+                elif i < end and buf[ix(i)] == 34:  # a string without escapes or control characters
                     j = i + 1
-                    while j < end and buf[j] != 34 and buf[j] != 92 and buf[j] >= 32:
+                    while j < end and buf[ix(j)] != 34 and buf[ix(j)] != 92 and buf[ix(j)] >= 32:
                         j += 1
-                    ok = j < end and buf[j] == 34
-                    skeys[r] = _STRING_PENDING
-                    s_s[r] = i + 1
-                    s_e[r] = j
+                    ok = j < end and buf[ix(j)] == 34
+                    skeys[ix(r)] = _STRING_PENDING
+                    s_s[ix(r)] = i + 1
+                    s_e[ix(r)] = j
                     i = j + 1
                 else:
                     v, i, ok = _read_int(buf, i, end, 18, True)
-                    skeys[r] = v
+                    skeys[ix(r)] = v
                 if not ok:
                     return 1, i, r, nid, line, next_id, 0
             elif code == 2 or code == 3:
@@ -196,66 +203,66 @@ def _parse_chunk(
                 if not ok:
                     return 1, i, r, nid, line, next_id, 0
                 if code == 2:
-                    ins[r] = v
+                    ins[ix(r)] = v
                 else:
-                    outs[r] = v
+                    outs[ix(r)] = v
             else:
-                if i >= end or buf[i] != 91:  # '['
+                if i >= end or buf[ix(i)] != 91:  # '['
                     return 1, i, r, nid, line, next_id, 0
                 i = _skip_ws(buf, i + 1, end)
-                if i < end and buf[i] == 93:  # ']'
+                if i < end and buf[ix(i)] == 93:  # ']'
                     i += 1
                 else:
                     while True:  # the hot loop: _read_int inlined by hand, ids only
                         start = i
                         v = 0
-                        while i < end and 48 <= buf[i] <= 57:
-                            v = v * 10 + (buf[i] - 48)
+                        while i < end and 48 <= buf[ix(i)] <= 57:
+                            v = v * 10 + (buf[ix(i)] - 48)
                             i += 1
                         n = i - start
-                        if n == 0 or n > 18 or (n > 1 and buf[start] == 48):
+                        if n == 0 or n > 18 or (n > 1 and buf[ix(start)] == 48):
                             return 1, i, r, nid, line, next_id, 0
                         if v >= n_table:
                             return 2, line_start, r, first_id, line, next_id, v
-                        d = table[v] - 1
+                        d = table[ix(v)] - 1
                         if d < 0:
                             d = next_id
-                            table[v] = d + 1
+                            table[ix(v)] = d + 1
                             next_id += 1
-                        out_ids[nid] = d
+                        out_ids[ix(nid)] = d
                         nid += 1
                         # Then ", " (the usual case), "," or "]"; anything else ('.', 'e',
                         # a sign, a letter) is not an id list of the subset.
-                        if i < end and buf[i] == 44:
+                        if i < end and buf[ix(i)] == 44:
                             i += 1
-                            if i < end and buf[i] == 32:
+                            if i < end and buf[ix(i)] == 32:
                                 i += 1
-                            elif i < end and (buf[i] == 9 or buf[i] == 13):
+                            elif i < end and (buf[ix(i)] == 9 or buf[ix(i)] == 13):
                                 i = _skip_ws(buf, i, end)
                             continue
                         i = _skip_ws(buf, i, end)
-                        if i < end and buf[i] == 44:  # ','
+                        if i < end and buf[ix(i)] == 44:  # ','
                             i = _skip_ws(buf, i + 1, end)
                             continue
-                        if i < end and buf[i] == 93:
+                        if i < end and buf[ix(i)] == 93:
                             i += 1
                             break
                         return 1, i, r, nid, line, next_id, 0
             i = _skip_ws(buf, i, end)
-            if i < end and buf[i] == 44:
+            if i < end and buf[ix(i)] == 44:
                 i += 1
                 continue
-            if i < end and buf[i] == 125:  # '}'
+            if i < end and buf[ix(i)] == 125:  # '}'
                 i += 1
                 break
             return 1, i, r, nid, line, next_id, 0
         if seen & 0b11110 != 0b11110:
             return 1, i, r, nid, line, next_id, 0
         i = _skip_ws(buf, i, end)
-        if i < end and buf[i] != 10:
+        if i < end and buf[ix(i)] != 10:
             return 1, i, r, nid, line, next_id, 0
-        counts[r] = nid - first_id
-        lines[r] = line
+        counts[ix(r)] = nid - first_id
+        lines[ix(r)] = line
         r += 1
         i += 1
         line += 1

@@ -1,0 +1,126 @@
+"""The trace parsers' kernels against a baseline commit's, alternating in one process.
+
+    python experiments/bench_ix_formats.py --baseline REF [--requests N] [--repeat R]
+
+Times, on a generated Mooncake JSONL buffer and generated token ids, the strict-subset
+parser kernel (``mooncake_kernel._parse_chunk``), the chained hash (``hashing._chain_kernel``)
+and the interning (``hashing._intern_kernel``) of this checkout and of ``REF`` (imported with
+``baseline_kernels``), old and new alternating, thread CPU time, medians of R; each pair's
+outputs are checked equal before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from baseline_kernels import _package
+
+import prefixsim.formats.hashing as hashing_new
+import prefixsim.formats.mooncake_kernel as mk_new
+
+
+def mooncake_buffer(n: int, rng: np.random.Generator) -> np.ndarray:
+    lines = []
+    for r in range(n):
+        k = int(rng.integers(1, 200))
+        ids = ", ".join(str(int(x)) for x in rng.integers(0, 400_000, size=k))
+        lines.append(
+            f'{{"timestamp": {r * 7}, "input_length": {k * 512}, "output_length": 300, '
+            f'"hash_ids": [{ids}]}}'
+        )
+    return np.frombuffer(("\n".join(lines) + "\n").encode(), dtype=np.uint8)
+
+
+def parse_args(buf: np.ndarray) -> tuple[Any, ...]:
+    m = len(buf) // 2 + 1
+    cols = [np.empty(m, np.float64)] + [np.empty(m, np.int64) for _ in range(4)]
+    out_ids = np.empty(m, np.int32)
+    table = np.zeros(1 << 20, np.int64)
+    return (buf, 0, 0, 0, 1, *cols, out_ids, table, 0, *[np.empty(m, np.int64) for _ in range(3)])
+
+
+def run_parse(kernel: Callable[..., Any], buf: np.ndarray) -> Any:
+    args = parse_args(buf)
+    t = time.thread_time()
+    res = kernel(*args)
+    dt = time.thread_time() - t
+    assert res[0] == 0, res
+    r, nid = res[2], res[3]
+    return dt, (args[8][:r].copy(), args[10][:nid].copy(), args[11].copy())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--baseline", required=True)
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--tokens", type=int, default=20_000_000)
+    ap.add_argument("--repeat", type=int, default=9)
+    a = ap.parse_args()
+    old = _package(a.baseline).__name__
+    mk_old = importlib.import_module(f"{old}.formats.mooncake_kernel")
+    hashing_old = importlib.import_module(f"{old}.formats.hashing")
+    rng = np.random.default_rng(0)
+    buf = mooncake_buffer(a.requests, rng)
+    lengths = rng.integers(2_000, 20_000, size=a.tokens // 2_000 + 1)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    offsets = offsets[offsets <= a.tokens]
+    tokens = rng.integers(0, 150_000, size=int(offsets[-1]), dtype=np.uint64)
+    # a trace with shared prefixes for interning: every request repeats one of 50 token runs
+    bo = hashing_new.block_offsets_for(offsets, 16)
+    n_acc = int(bo[-1])
+    bits = max(4, int(2 * n_acc - 1).bit_length())
+
+    def parse(mod: Any) -> Any:
+        return run_parse(mod._parse_chunk, buf)
+
+    def chain(mod: Any) -> Any:
+        h0 = np.empty(n_acc, np.uint64)
+        h1 = np.empty(n_acc, np.uint64)
+        t = time.thread_time()
+        mod._chain_kernel(tokens, offsets, bo, 16, h0, h1)
+        return time.thread_time() - t, (h0, h1)
+
+    h0, h1 = chain(hashing_new)[1]
+    # intern a trace with many repeats: every access's hash twice (a request then its copy)
+    h0r, h1r = np.concatenate([h0, h0]), np.concatenate([h1, h1])
+    bor = np.concatenate([bo, bo[1:] + n_acc])
+    bits_r = max(4, int(4 * n_acc - 1).bit_length())
+
+    def intern(mod: Any) -> Any:
+        ids = np.empty(len(h0r), np.int32)
+        t = time.thread_time()
+        res = mod._intern_kernel(h0r, h1r, bor, ids, bits_r)
+        return time.thread_time() - t, (ids, res)
+
+    del bits
+    units = {"parse": len(buf) / 1e6, "chain": len(tokens) / 1e6, "intern": len(h0r) / 1e6}
+    unit_names = {"parse": "MB/s", "chain": "M tokens/s", "intern": "M accesses/s"}
+    for name, f in (("parse", parse), ("chain", chain), ("intern", intern)):
+        a_new, a_old = f(hashing_new if name != "parse" else mk_new), None
+        mods = (mk_new, mk_old) if name == "parse" else (hashing_new, hashing_old)
+        _, r_new = f(mods[0])
+        _, r_old = f(mods[1])
+        for x, y in zip(r_new, r_old, strict=True):
+            assert np.array_equal(np.asarray(x), np.asarray(y)), name
+        times: dict[int, list[float]] = {0: [], 1: []}
+        for rep in range(a.repeat):
+            for which in (0, 1) if rep % 2 == 0 else (1, 0):
+                times[which].append(f(mods[which])[0])
+        new, oldt = statistics.median(times[0]), statistics.median(times[1])
+        u = units[name]
+        print(
+            f"{name:>7}: now {u / new:8.1f} / {a.baseline} {u / oldt:8.1f} {unit_names[name]}"
+            f"  {oldt / new:.2f}x  (medians of {a.repeat}, thread CPU time)"
+        )
+        del a_new, a_old
+
+
+if __name__ == "__main__":
+    main()
