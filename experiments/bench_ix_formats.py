@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from baseline_kernels import _package
 
 import prefixsim.formats.hashing as hashing_new
 import prefixsim.formats.mooncake_kernel as mk_new
@@ -62,6 +61,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=20_000_000)
     ap.add_argument("--repeat", type=int, default=9)
     a = ap.parse_args()
+    from baseline_kernels import _package  # experiments/ is on sys.path when run as a script
+
     old = _package(a.baseline).__name__
     mk_old = importlib.import_module(f"{old}.formats.mooncake_kernel")
     hashing_old = importlib.import_module(f"{old}.formats.hashing")
@@ -72,10 +73,8 @@ def main() -> None:
     np.cumsum(lengths, out=offsets[1:])
     offsets = offsets[offsets <= a.tokens]
     tokens = rng.integers(0, 150_000, size=int(offsets[-1]), dtype=np.uint64)
-    # a trace with shared prefixes for interning: every request repeats one of 50 token runs
     bo = hashing_new.block_offsets_for(offsets, 16)
     n_acc = int(bo[-1])
-    bits = max(4, int(2 * n_acc - 1).bit_length())
 
     def parse(mod: Any) -> Any:
         return run_parse(mod._parse_chunk, buf)
@@ -99,11 +98,9 @@ def main() -> None:
         res = mod._intern_kernel(h0r, h1r, bor, ids, bits_r)
         return time.thread_time() - t, (ids, res)
 
-    del bits
     units = {"parse": len(buf) / 1e6, "chain": len(tokens) / 1e6, "intern": len(h0r) / 1e6}
     unit_names = {"parse": "MB/s", "chain": "M tokens/s", "intern": "M accesses/s"}
     for name, f in (("parse", parse), ("chain", chain), ("intern", intern)):
-        a_new, a_old = f(hashing_new if name != "parse" else mk_new), None
         mods = (mk_new, mk_old) if name == "parse" else (hashing_new, hashing_old)
         _, r_new = f(mods[0])
         _, r_old = f(mods[1])
@@ -119,7 +116,6 @@ def main() -> None:
             f"{name:>7}: now {u / new:8.1f} / {a.baseline} {u / oldt:8.1f} {unit_names[name]}"
             f"  {oldt / new:.2f}x  (medians of {a.repeat}, thread CPU time)"
         )
-        del a_new, a_old
 
 
 if __name__ == "__main__":
