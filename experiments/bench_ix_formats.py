@@ -1,10 +1,13 @@
-"""The trace parsers' kernels against a baseline commit's, alternating in one process.
+"""The trace parsers' and the cluster static routers' kernels against a baseline commit's,
+alternating in one process.
 
     python experiments/bench_ix_formats.py --baseline REF [--requests N] [--repeat R]
 
 Times, on a generated Mooncake JSONL buffer and generated token ids, the strict-subset
 parser kernel (``mooncake_kernel._parse_chunk``), the chained hash (``hashing._chain_kernel``)
-and the interning (``hashing._intern_kernel``) of this checkout and of ``REF`` (imported with
+the interning (``hashing._intern_kernel``), and on a generated cluster assignment
+``cluster.load.split_subtraces``, ``cluster.load.fcfs_kernel`` and
+``cluster.routers.session_assign_kernel``, of this checkout and of ``REF`` (imported with
 ``baseline_kernels``), old and new alternating, thread CPU time, medians of R; each pair's
 outputs are checked equal before timing.
 """
@@ -20,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+import prefixsim.cluster.load as load_new
+import prefixsim.cluster.routers as routers_new
 import prefixsim.formats.hashing as hashing_new
 import prefixsim.formats.mooncake_kernel as mk_new
 
@@ -60,12 +65,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--tokens", type=int, default=20_000_000)
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--only", default="parse,chain,intern,split,fcfs,session")
     a = ap.parse_args()
     from baseline_kernels import _package  # experiments/ is on sys.path when run as a script
 
     old = _package(a.baseline).__name__
     mk_old = importlib.import_module(f"{old}.formats.mooncake_kernel")
     hashing_old = importlib.import_module(f"{old}.formats.hashing")
+    load_old = importlib.import_module(f"{old}.cluster.load")
+    routers_old = importlib.import_module(f"{old}.cluster.routers")
     rng = np.random.default_rng(0)
     buf = mooncake_buffer(a.requests, rng)
     lengths = rng.integers(2_000, 20_000, size=a.tokens // 2_000 + 1)
@@ -98,10 +106,64 @@ def main() -> None:
         res = mod._intern_kernel(h0r, h1r, bor, ids, bits_r)
         return time.thread_time() - t, (ids, res)
 
-    units = {"parse": len(buf) / 1e6, "chain": len(tokens) / 1e6, "intern": len(h0r) / 1e6}
-    unit_names = {"parse": "MB/s", "chain": "M tokens/s", "intern": "M accesses/s"}
-    for name, f in (("parse", parse), ("chain", chain), ("intern", intern)):
-        mods = (mk_new, mk_old) if name == "parse" else (hashing_new, hashing_old)
+    # The cluster's static-router kernels on a generated trace: 16 instances, random routing.
+    n_req, n_inst = a.requests * 4, 16
+    counts = rng.integers(1, 100, size=n_req)
+    c_off = np.zeros(n_req + 1, np.int64)
+    np.cumsum(counts, out=c_off[1:])
+    n_blocks = int(c_off[-1]) // 4
+    c_ids = rng.integers(0, n_blocks, size=int(c_off[-1])).astype(np.int32)
+    inst = rng.integers(0, n_inst, size=n_req).astype(np.int32)
+    arrival = np.sort(rng.random(n_req)) * n_req
+    prompt = counts * 16
+    c_hits = (prompt * rng.random(n_req)).astype(np.int64)
+    out_len = rng.integers(1, 1000, size=n_req)
+    consts = (16, 16e9, 1.0e6, 4e14, 131072, 3e12)
+    sessions = rng.integers(-1, 1000, size=n_req)
+    points, owners = routers_new.ring_arrays(n_inst, 100)
+
+    def timed(f: Callable[[], Any]) -> Any:
+        t = time.thread_time()
+        res = f()
+        return time.thread_time() - t, res
+
+    def split(mod: Any) -> Any:
+        return timed(lambda: mod.split_subtraces(c_ids, c_off, inst, n_inst, n_blocks))
+
+    def fcfs(mod: Any) -> Any:
+        return timed(
+            lambda: mod.fcfs_kernel(arrival, inst, prompt, c_hits, out_len, n_inst, 0.01, consts)
+        )
+
+    def session(mod: Any) -> Any:
+        return timed(
+            lambda: (mod.session_assign_kernel(c_ids, c_off, sessions, 2, points, owners),)
+        )
+
+    units = {
+        "parse": len(buf) / 1e6,
+        "chain": len(tokens) / 1e6,
+        "intern": len(h0r) / 1e6,
+        "split": len(c_ids) / 1e6,
+        "fcfs": n_req / 1e6,
+        "session": n_req / 1e6,
+    }
+    unit_names = dict.fromkeys(units, "M accesses/s") | {
+        "parse": "MB/s",
+        "chain": "M tokens/s",
+        "fcfs": "M requests/s",
+        "session": "M requests/s",
+    }
+    benches = {
+        "parse": (parse, mk_new, mk_old),
+        "chain": (chain, hashing_new, hashing_old),
+        "intern": (intern, hashing_new, hashing_old),
+        "split": (split, load_new, load_old),
+        "fcfs": (fcfs, load_new, load_old),
+        "session": (session, routers_new, routers_old),
+    }
+    for name in a.only.split(","):
+        f, *mods = benches[name]
         _, r_new = f(mods[0])
         _, r_old = f(mods[1])
         for x, y in zip(r_new, r_old, strict=True):

@@ -19,6 +19,7 @@ from .._exact import INT64_MAX
 from ..errors import ParameterError
 from ..hardware import HardwareProfile, load_hardware
 from ..models import ModelProfile, load_model
+from ..policies.base import ix
 
 MAX_PROMPT_TOKENS = 2**31
 """Above this, ``n * (n + 1)`` no longer fits int64 (the same bound as ``prefill_flops``)."""
@@ -92,6 +93,8 @@ class LoadModel:
 def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s, consts):
     """Queueing delay and prefill time per request, and each instance's ``free`` moment, for
     requests served first come first served in trace order on their instance."""
+    # Unsigned subscripts (``a[ix(i)]``, :data:`~prefixsim.policies.base.ix`): request numbers
+    # and instance numbers (a router's choice, ``0 .. n_instances-1``) are never negative.
     bs, two_p, coeff, eff, kvb, bw = consts
     n_requests = arrival.shape[0]
     free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
@@ -99,14 +102,14 @@ def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s,
     prefill = np.empty(n_requests, np.float64)
     service = np.empty(n_requests, np.float64)
     for r in range(n_requests):
-        i = instance[r]
-        t = arrival[r]
-        p = prefill_seconds(prompt[r], hits[r], bs, two_p, coeff, eff, kvb, bw)
-        start = free[i] if free[i] > t else t
-        delay[r] = start - t
-        prefill[r] = p
-        service[r] = p + float(out_len[r]) * decode_s
-        free[i] = start + service[r]
+        i = instance[ix(r)]
+        t = arrival[ix(r)]
+        p = prefill_seconds(prompt[ix(r)], hits[ix(r)], bs, two_p, coeff, eff, kvb, bw)
+        start = free[ix(i)] if free[ix(i)] > t else t
+        delay[ix(r)] = start - t
+        prefill[ix(r)] = p
+        service[ix(r)] = p + float(out_len[ix(r)]) * decode_s
+        free[ix(i)] = start + service[ix(r)]
     return delay, prefill, service
 
 
@@ -118,20 +121,23 @@ def split_subtraces(block_ids, offsets, instance, n_instances, n_blocks):
     sub-trace's blocks only, not the whole trace's), and their offsets. Instance ``i`` owns
     ``rows[req_start[i]:req_start[i+1]]``, ``blocks[acc_start[i]:acc_start[i+1]]`` and
     ``offsets[req_start[i]+i : req_start[i+1]+i+1]``."""
+    # Unsigned subscripts (``a[ix(i)]``): request, instance, block and access numbers and the
+    # prefix sums of counts are never negative.
     n_requests = instance.shape[0]
     req_start = np.zeros(n_instances + 1, np.int64)
     acc_start = np.zeros(n_instances + 1, np.int64)
     for r in range(n_requests):
-        req_start[instance[r] + 1] += 1
-        acc_start[instance[r] + 1] += offsets[r + 1] - offsets[r]
+        req_start[ix(instance[ix(r)] + 1)] += 1
+        acc_start[ix(instance[ix(r)] + 1)] += offsets[ix(r + 1)] - offsets[ix(r)]
     for i in range(n_instances):
-        req_start[i + 1] += req_start[i]
-        acc_start[i + 1] += acc_start[i]
+        req_start[ix(i + 1)] += req_start[ix(i)]
+        acc_start[ix(i + 1)] += acc_start[ix(i)]
     rows = np.empty(n_requests, np.int64)
     fill = req_start[:-1].copy()
     for r in range(n_requests):
-        rows[fill[instance[r]]] = r
-        fill[instance[r]] += 1
+        q = instance[ix(r)]
+        rows[ix(fill[ix(q)])] = r
+        fill[ix(q)] += 1
     blocks = np.empty(block_ids.shape[0], np.int32)
     sub_offsets = np.empty(n_requests + n_instances, np.int64)
     n_local = np.zeros(n_instances, np.int64)
@@ -139,22 +145,22 @@ def split_subtraces(block_ids, offsets, instance, n_instances, n_blocks):
     # met b (0: none yet): one array, so one cache miss per access, and zeros cost nothing.
     stamp = np.zeros(n_blocks, np.int64)
     for i in range(n_instances):
-        pos = acc_start[i]
+        pos = acc_start[ix(i)]
         base = pos
         count = 0
         mine = np.int64(i + 1) << 32
-        sub_offsets[req_start[i] + i] = 0
-        for j in range(req_start[i], req_start[i + 1]):
-            r = rows[j]
-            for k in range(offsets[r], offsets[r + 1]):
-                b = block_ids[k]
-                s = stamp[b]
+        sub_offsets[ix(req_start[ix(i)] + i)] = 0
+        for j in range(req_start[ix(i)], req_start[ix(i + 1)]):
+            r = rows[ix(j)]
+            for k in range(offsets[ix(r)], offsets[ix(r + 1)]):
+                b = block_ids[ix(k)]
+                s = stamp[ix(b)]
                 if s >> 32 != i + 1:
                     s = mine + count
-                    stamp[b] = s
+                    stamp[ix(b)] = s
                     count += 1
-                blocks[pos] = s & 0xFFFFFFFF
+                blocks[ix(pos)] = s & 0xFFFFFFFF
                 pos += 1
-            sub_offsets[j + i + 1] = pos - base
-        n_local[i] = count
+            sub_offsets[ix(j + i + 1)] = pos - base
+        n_local[ix(i)] = count
     return rows, blocks, sub_offsets, req_start, acc_start, n_local

@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import ParameterError
-from ..policies.base import check_int
+from ..policies.base import check_int, ix
 from ..trace import Trace
 
 MASK64 = 2**64 - 1
@@ -271,6 +271,8 @@ def session_assign_kernel(block_ids, offsets, session_ids, key_blocks, points, o
     the first ring point ``>= key`` (wrapping past the last point) through a bucket table. A request
     with a session id (``session_ids`` non-empty and its id >= 0) has the key ``mix64(id)``;
     the others hash their first ``key_blocks`` block ids, or go to instance 0 without blocks."""
+    # Unsigned subscripts (``a[ix(i)]``): request, access, point and bucket numbers are never
+    # negative (``j`` wraps to 0 past the last point before it indexes ``owners``).
     n_requests = offsets.shape[0] - 1
     n_points = points.shape[0]
     # A bucket table instead of a binary search per request (random keys made its branches
@@ -283,29 +285,29 @@ def session_assign_kernel(block_ids, offsets, session_ids, key_blocks, points, o
     first = np.empty((1 << bits) + 1, np.int64)
     j = 0
     for b in range((1 << bits) + 1):
-        while j < n_points and (points[j] >> shift) < np.uint64(b):
+        while j < n_points and (points[ix(j)] >> shift) < np.uint64(b):
             j += 1
-        first[b] = j
+        first[ix(b)] = j
     out = np.empty(n_requests, np.int32)
     by_session = session_ids.shape[0] > 0
     for r in range(n_requests):
-        start = offsets[r]
-        end = offsets[r + 1]
-        if by_session and session_ids[r] >= 0:
-            key = _mix64_u(np.uint64(session_ids[r]))
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
+        if by_session and session_ids[ix(r)] >= 0:
+            key = _mix64_u(np.uint64(session_ids[ix(r)]))
         elif end == start:
-            out[r] = 0
+            out[ix(r)] = 0
             continue
         else:
-            key = _mix64_u(np.uint64(block_ids[start]))
+            key = _mix64_u(np.uint64(block_ids[ix(start)]))
             stop = min(end, start + key_blocks)
             for k in range(start + 1, stop):
-                key = _mix64_u(key ^ np.uint64(block_ids[k]))
+                key = _mix64_u(key ^ np.uint64(block_ids[ix(k)]))
         # The first point >= key (bisect_left): from the first point of key's bucket on.
-        j = first[key >> shift]
-        while j < n_points and points[j] < key:
+        j = first[key >> shift]  # a uint64 already
+        while j < n_points and points[ix(j)] < key:
             j += 1
-        out[r] = owners[j if j < n_points else 0]
+        out[ix(r)] = owners[ix(j if j < n_points else 0)]
     return out
 
 
