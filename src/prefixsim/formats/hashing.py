@@ -99,24 +99,25 @@ def _fmix_b(x: np.uint64) -> np.uint64:
 
 @njit(cache=True)
 def _chain_kernel(tokens, token_offsets, block_offsets, block_size, h0, h1):
-    # Every subscript is ``a[ix(i)]``: request numbers, block and token positions are offsets
-    # positions, never negative, so numba's negative-index fix-up is skipped.
+    # Signed subscripts on purpose: unsigned ones (``a[ix(i)]``) measured 1.01-1.03x here, within
+    # noise (docs/performance.md): two chains of 64-bit multiplications per token hide the
+    # negative-index fix-up of one load.
     s0 = np.uint64(SEED0)
     s1 = np.uint64(SEED1)
     for r in range(len(token_offsets) - 1):
         p0 = np.uint64(0)
         p1 = np.uint64(0)
-        t = token_offsets[ix(r)]
-        for b in range(block_offsets[ix(r)], block_offsets[ix(r + 1)]):
+        t = token_offsets[r]
+        for b in range(block_offsets[r], block_offsets[r + 1]):
             a = _fmix_a(p0 ^ s0)
             c = _fmix_b(p1 ^ s1)
             for i in range(t, t + block_size):
-                u = np.uint64(tokens[ix(i)])
+                u = np.uint64(tokens[i])
                 a = _fmix_a(a ^ u)
                 c = _fmix_b(c ^ u)
             t += block_size
-            h0[ix(b)] = a
-            h1[ix(b)] = c
+            h0[b] = a
+            h1[b] = c
             p0 = a
             p1 = c
 
