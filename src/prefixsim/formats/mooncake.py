@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._exact import INT64_MAX
 from ..errors import TraceError
 from . import mooncake_stream
 from .jsonl import (
@@ -37,7 +38,6 @@ _EXPECTED = {
     "output_length": "a non-negative integer (output tokens)",
     "hash_ids": "a list of integers (block hashes)",
 }
-_INT64_MAX = 2**63 - 1
 
 
 def _parse_jsonl(data: bytes, display: str) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def _check_request(obj: Any, display: str, line: int) -> tuple[float, int, int, 
             raise fail(name, _describe(value))
         if value < 0:
             raise fail(name, f"{_int_text(value)} (negative)")
-        if value > _INT64_MAX:
+        if value > INT64_MAX:
             raise fail(name, f"{_int_text(value)} (larger than 2**63 - 1)")
         counts.append(value)
 

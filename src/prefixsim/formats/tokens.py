@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .._exact import INT64_MAX
 from ..errors import TraceError
 from . import hashing
 from .sessions import SESSION_KEY, check_session_id, dense_session_ids
@@ -33,7 +34,6 @@ TOKEN_FIELDS = {
     "output_length": "optional, a non-negative integer (output tokens)",
     "session_id": "optional, a string or an integer (the request's session)",
 }
-_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def check_output_length(obj: dict[str, Any], display: str, line: int) -> int:
     value = obj.get("output_length")
     if value is None:
         return 0
-    if type(value) is not int or not 0 <= value <= _INT64_MAX:
+    if type(value) is not int or not 0 <= value <= INT64_MAX:
         raise TraceError(
             display,
             f"expected a non-negative integer (output tokens), got {_describe(value)}",
@@ -228,7 +228,7 @@ def check_token_request(obj: Any, display: str, line: int) -> tuple[float, list[
             field="token_ids",
         )
     for i, t in enumerate(ids):
-        if type(t) is not int or not 0 <= t <= _INT64_MAX:
+        if type(t) is not int or not 0 <= t <= INT64_MAX:
             raise TraceError(
                 display,
                 f"expected a list of integers in [0, 2**63), element {i} is {_describe(t)}",
