@@ -10,6 +10,7 @@ from . import (
     lru_leaf,
     lru_tail_first,
     s3fifo,
+    s3fifo_lcs,
     s3fifo_leaf,
     sieve,
 )
@@ -44,6 +45,7 @@ __all__ = [  # the policy modules too: importing them registers the built-in pol
     "policy_names",
     "register",
     "s3fifo",
+    "s3fifo_lcs",
     "s3fifo_leaf",
     "sieve",
 ]

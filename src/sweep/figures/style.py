@@ -72,6 +72,7 @@ POLICY_STYLES: dict[str, tuple[str, str, str]] = {
     "LRU_TAIL_FIRST": (ROSE, ">", ":"),
     "LRU_LEAF": (ROSE, "<", "--"),
     "S3FIFO_LEAF": (INDIGO, "h", "--"),
+    "S3FIFO_LCS": (INDIGO, "d", ":"),  # libCacheSim's S3FIFO: the spec S3FIFO's colour
 }
 PREFIX_AWARE: frozenset[str] = frozenset({"LRU_TAIL_FIRST", "LRU_LEAF", "S3FIFO_LEAF"})
 _FALLBACK_COLOURS = [SAND, CYAN, "#555555", "#BBBBBB"]
