@@ -16,6 +16,14 @@ from prefixsim import Trace
 Request = tuple[int, Sequence[Hashable]]  # (input_length, hash_ids)
 
 
+def has_kernel(policy: str) -> bool:
+    """Whether ``policy`` has a compiled kernel (RADIX has a plain-Python reference only so
+    far: its kernel engine refuses it)."""
+    from numba.core.dispatcher import Dispatcher
+
+    return isinstance(prefixsim.get_policy(policy).kernel, Dispatcher)
+
+
 def bundled_head(folder: Path, n: int) -> Path:
     """The first ``n`` requests of the bundled trace, as a plain JSONL file in ``folder``."""
     src = prefixsim.trace.bundled_trace_path("conversation")

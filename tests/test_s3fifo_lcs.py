@@ -117,8 +117,19 @@ def lcs_params(draw: st.DrawFn) -> S3FIFOLCSParams:
     return p
 
 
+# Access streams with locality: bursts over a few hot blocks (hits in S and M, promotions,
+# requeues) mixed with a colder range (evictions, ghost hits).
+ACCESSES = st.lists(
+    st.one_of(
+        st.lists(st.integers(0, 6), min_size=1, max_size=12),
+        st.lists(st.integers(0, 80), min_size=1, max_size=30),
+    ),
+    max_size=60,
+).map(lambda runs: [h for run in runs for h in run])
+
+
 @settings(max_examples=300, deadline=None)
-@given(p=lcs_params(), ids=st.lists(st.integers(0, 60), max_size=400))
+@given(p=lcs_params(), ids=ACCESSES)
 def test_accesses_equal_libcachesim(p: S3FIFOLCSParams, ids: list[int]) -> None:
     assert reference_accesses(p, ids) == libcachesim_accesses(p, ids)
 
