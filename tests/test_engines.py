@@ -257,3 +257,14 @@ def test_radix_on_hashes_that_do_not_identify_their_prefix() -> None:
         ["b"],
         [["c"]],
     )
+
+
+def test_radix_has_no_kernel_yet_and_says_so() -> None:
+    from prefixsim import ParameterError, replay_params
+
+    trace = engine_trace(WHOLE)
+    params = make_params("RADIX", 4)
+    with pytest.raises(ParameterError, match=r"policy='RADIX'.*no compiled kernel"):
+        replay_params(trace, params, BS)
+    reference = replay_params(trace, params, BS, engine="reference")
+    assert reference.hit_tokens.tolist() == sim(WHOLE, "RADIX", 4, "spec")

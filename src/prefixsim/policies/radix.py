@@ -333,7 +333,10 @@ def _common(node_key: list[Hashable], pos: int, key: list[Hashable], start: int)
 def radix_kernel(*_args: Any) -> tuple[np.ndarray, int]:
     """RADIX has no compiled kernel yet (issue 20 gives every policy compiled steps)."""
     raise ParameterError(
-        "engine", "kernel", "RADIX has no compiled kernel yet: use engine='reference'"
+        "policy",
+        "RADIX",
+        "has no compiled kernel yet, so the sweep and engine='kernel' cannot run it; from "
+        "Python, replay(..., engine='reference') or prefixsim.semantics.reference_replay does",
     )
 
 
