@@ -134,6 +134,33 @@ def test_request_blocks_add_up(length: int, out: int, n: int, bs: int, cache_out
     assert max_hit <= n_prompt <= n
 
 
+_compiled: dict[str, Any] = {}
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    code=st.sampled_from([SPEC, VLLM, SGLANG]),
+    length=st.integers(0, 100),
+    out=st.integers(0, 30),
+    n=st.integers(0, 30),
+    bs=st.integers(1, 9),
+    cache_out=st.booleans(),
+)
+def test_rules_compile_with_numba(
+    code: int, length: int, out: int, n: int, bs: int, cache_out: bool
+) -> None:
+    """A compiled driver calls the same rules: numba compiles them as they are."""
+    from numba import njit
+
+    if not _compiled:
+        _compiled.update(layout=njit(request_blocks), hits=njit(hit_tokens))
+    layout = request_blocks(code, length, out, n, bs, cache_out)
+    assert _compiled["layout"](code, length, out, n, bs, cache_out) == layout
+    k = min(n, 7)
+    want = hit_tokens(code, k, layout[3], length, bs)
+    assert _compiled["hits"](code, k, layout[3], length, bs) == want
+
+
 def test_hit_tokens_rule() -> None:
     # spec clamps k blocks to the prompt; the engines count whole blocks up to the cap.
     assert hit_tokens(SPEC, 3, 3, 10, BS) == 10
