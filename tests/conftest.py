@@ -33,8 +33,11 @@ def bundled_head(folder: Path, n: int) -> Path:
     return path
 
 
-def make_trace(requests: Sequence[Request], name: str = "test") -> Trace:
-    """A :class:`Trace` from ``(input_length, hash_ids)`` pairs, ids remapped by first use."""
+def make_trace(
+    requests: Sequence[Request], name: str = "test", outputs: Sequence[int] | None = None
+) -> Trace:
+    """A :class:`Trace` from ``(input_length, hash_ids)`` pairs, ids remapped by first use,
+    with ``outputs`` as the output lengths (0 if None)."""
     dense: dict[Hashable, int] = {}
     flat: list[int] = []
     offsets = [0]
@@ -44,10 +47,12 @@ def make_trace(requests: Sequence[Request], name: str = "test") -> Trace:
     n = len(requests)
     return Trace(
         name=name,
-        sha256=hashlib.sha256(repr(requests).encode()).hexdigest(),
+        sha256=hashlib.sha256(
+            repr((requests, outputs) if outputs else requests).encode()
+        ).hexdigest(),
         timestamps=np.arange(n, dtype=np.float64),
         input_lengths=np.array([r[0] for r in requests], dtype=np.int64),
-        output_lengths=np.zeros(n, dtype=np.int64),
+        output_lengths=np.array(outputs or [0] * n, dtype=np.int64),
         offsets=np.array(offsets, dtype=np.int64),
         block_ids=np.array(flat, dtype=np.int32),
         n_blocks=len(dense),

@@ -10,13 +10,12 @@ block is the interned tuple of the session's "token blocks" up to it, as Mooncak
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from hypothesis import strategies as st
 
+from conftest import make_trace
 from prefixsim import Trace
 
 ENGINE_BLOCK_SIZES = (1, 2, 3, 16)
@@ -97,22 +96,5 @@ def engine_trace(
     name: str = "engine",
 ) -> Trace:
     """A :class:`Trace` of ``(input_length, hash_ids)`` pairs with ``outputs`` as the output
-    lengths (0 if None), hash ids remapped by first use as the loader does."""
-    dense: dict[Hashable, int] = {}
-    flat: list[int] = []
-    offsets = [0]
-    for _, hash_ids in requests:
-        flat.extend(dense.setdefault(h, len(dense)) for h in hash_ids)
-        offsets.append(len(flat))
-    n = len(requests)
-    return Trace(
-        name=name,
-        sha256=hashlib.sha256(repr((requests, outputs)).encode()).hexdigest(),
-        timestamps=np.arange(n, dtype=np.float64),
-        input_lengths=np.array([r[0] for r in requests], dtype=np.int64),
-        output_lengths=np.array(outputs or [0] * n, dtype=np.int64),
-        offsets=np.array(offsets, dtype=np.int64),
-        block_ids=np.array(flat, dtype=np.int32),
-        n_blocks=len(dense),
-        line_numbers=np.arange(1, n + 1, dtype=np.int64),
-    )
+    lengths (0 if None)."""
+    return make_trace(requests, name, outputs)
