@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_trace
+from conftest import has_kernel, make_trace
 from prefixsim import ParameterError, Trace, make_params, replay_params
 from prefixsim.cluster import LoadModel, make_router, replay_cluster, replay_cluster_params
 from prefixsim.cluster.load import prefill_seconds
@@ -42,7 +42,7 @@ TOY_MODEL = ModelProfile(
 TOY_GPU = HardwareProfile(name="toy", peak_flops={"bf16": 10.0}, bandwidth={"hbm": 4.0}, mfu=1.0)
 TOY_LOAD = LoadModel(TOY_MODEL, TOY_GPU)
 REAL_LOAD = LoadModel(load_model("llama-3.1-8b"), "h100")  # type: ignore[arg-type]
-ONLINE = [p for p in policy_names() if p != "BELADY"]
+ONLINE = [p for p in policy_names() if p != "BELADY" and has_kernel(p)]
 
 
 def timed(trace: Trace, ms: list[float], out: list[int] | None = None) -> Trace:

@@ -64,7 +64,8 @@ def make_results(
     nullable integer columns)."""
     rows = []
     for trace, bs, policy, cap in itertools.product(traces, block_sizes, policies, capacities):
-        has_params = policy.startswith("S3FIFO")
+        # the S3FIFO keys (S3FIFO_LCS has its own parameters, not these)
+        has_params = "max_freq" in prefixsim.get_policy(policy).params_type.field_names()
         combos = (
             [
                 (sr, mf, gf)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import prefixsim
-from conftest import bundled_head
+from conftest import bundled_head, has_kernel
 from sweep import ExecutorConfig, PlanError, StoreError, SweepConfig, run_sweep
 from sweep.__main__ import CONF_DIR
 from sweep.argv import ArgvError, rewrite_argv, rewrite_override, rewrite_overrides
@@ -514,6 +514,7 @@ def _kernel_misses_after_batch(trace: prefixsim.Trace, items: list) -> int:  # t
     return sum(
         sum(prefixsim.get_policy(name).kernel.stats.cache_misses.values())
         for name in prefixsim.policy_names()
+        if has_kernel(name)
     )
 
 

@@ -8,13 +8,20 @@ from the cache (its ``hit_tokens``; ``0 <= h <= n``), so positions ``h .. n-1`` 
 
     flops(n, h) = 2 * active_params * (n - h)
                 + layers * attention_heads * (head_dim + value_dim) * (n*(n+1) - h*(h+1))
+                + (h < n) * reuse_flops_per_token * h
 
 The first term is the dense (weight) work: a multiply and an add per active parameter per
 computed token. The second is causal attention: computed position ``i`` attends to the ``i + 1``
 positions ``0 .. i``; per (query, key) pair, layer and query head, ``Q.K`` costs
 ``2 * head_dim`` and the weighted sum of values ``2 * value_dim``; summed over
-``i = h .. n-1``, ``sum (i + 1) = (n*(n+1) - h*(h+1)) / 2``. ``flops(n, 0)`` is the prefill
-with no cache; the work saved is ``flops(n, 0) - flops(n, h)``.
+``i = h .. n-1``, ``sum (i + 1) = (n*(n+1) - h*(h+1)) / 2``. The third, for a latent-attention
+profile with ``reuse_up_projection`` (``ModelProfile.reuse_flops_per_token``), is the
+up-projection of every reused token's latent to per-head keys and values that the
+prefill's attention over the reused prefix needs (0 when nothing is computed). ``flops(n, 0)``
+is the prefill with no cache; the work saved is ``flops(n, 0) - flops(n, h)``. Under the
+specification's hit rule a fully cached prompt (``h == n``) costs 0 FLOPs; the engines' rule
+(:mod:`prefixsim.semantics`) never reuses a prompt's last token, so its ``h`` leaves at least
+that token (a whole block when the prompt ends on a block boundary) to compute.
 
 **Estimated time** (a model, hence ``est_``), with a :class:`~prefixsim.hardware.HardwareProfile`
 and the tier the cache is kept in::
@@ -87,7 +94,10 @@ def prefill_flops_reference(model: ModelProfile, prompt_tokens: int, hit_tokens:
     per_pair = 2 * (model.head_dim + model.value_dim) * model.attention_heads * model.layers
     for i in range(h, n):  # computed position i attends to positions 0 .. i
         attention += per_pair * (i + 1)
-    return dense + attention
+    # MLA: attending to the reused positions needs their keys and values, up-projected from the
+    # cached latents (only when a position is computed at all).
+    reuse = model.reuse_flops_per_token() * h if h < n else 0
+    return dense + attention + reuse
 
 
 def _check_tokens(prompt: np.ndarray, hits: np.ndarray) -> None:
@@ -119,7 +129,11 @@ def prefill_flops(
     # float64 (relative error < 1e-15; totals can pass 2**63).
     pairs = (n * (n + 1) - h * (h + 1)).astype(np.float64)
     dense = (n - h).astype(np.float64) * float(2 * model.active_params)
-    return dense + pairs * float(_attention_coefficient(model))
+    flops = dense + pairs * float(_attention_coefficient(model))
+    reuse = model.reuse_flops_per_token()
+    if reuse:
+        flops += np.where(h < n, h, 0).astype(np.float64) * float(reuse)
+    return flops
 
 
 def reused_blocks(hit_tokens: np.ndarray, block_size: int) -> np.ndarray:
@@ -163,15 +177,28 @@ def block_recompute_flops(model: ModelProfile, block_size: int, block_index: int
     )
 
 
+def _reuse_gain_flops(model: ModelProfile, block_size: int, block_index: int) -> int:
+    """FLOPs that reusing block ``block_index`` saves: its recompute, less the up-projection of
+    its tokens (MLA with ``reuse_up_projection``), which reuse costs instead."""
+    gain = block_recompute_flops(model, block_size, block_index)
+    gain -= model.reuse_flops_per_token() * block_size
+    if gain <= 0:
+        raise ParameterError(
+            "model.reuse_up_projection",
+            True,
+            f"up-projecting a reused block of {model.name} costs at least its recompute",
+        )
+    return gain
+
+
 def break_even_bandwidth(
     model: ModelProfile, hardware: HardwareProfile, block_size: int, block_index: int = 0
 ) -> float:
     """Bytes/s below which loading block ``block_index`` costs more than recomputing it (block
-    0, the default, is the cheapest to recompute: the largest break-even bandwidth)."""
-    recompute_seconds = block_recompute_flops(model, block_size, block_index) / (
-        hardware.effective_flops
-    )
-    return model.kv_bytes_per_block(block_size) / recompute_seconds
+    0, the default, is the cheapest to recompute: the largest break-even bandwidth). Reusing a
+    block also costs its tokens' up-projection with ``reuse_up_projection``."""
+    gain_seconds = _reuse_gain_flops(model, block_size, block_index) / hardware.effective_flops
+    return model.kv_bytes_per_block(block_size) / gain_seconds
 
 
 def break_even_block(
@@ -179,8 +206,9 @@ def break_even_block(
 ) -> int:
     """The first block index from which loading a block from ``tier`` is no slower than
     recomputing it (0: loading always wins). Recompute cost grows linearly with the index."""
-    load = model.kv_bytes_per_block(block_size) / hardware.tier_bandwidth(tier)
     eff = hardware.effective_flops
+    up = model.reuse_flops_per_token() * block_size  # reuse costs it on top of the transfer
+    load = model.kv_bytes_per_block(block_size) / hardware.tier_bandwidth(tier) + up / eff
     c = _attention_coefficient(model)
     # recompute(j) = (2 P b + c (b^2 (2 j + 1) + b)) / eff >= load  <=>  j >= x
     x = (
@@ -370,6 +398,11 @@ def prefill_cost_tiers(
     total_saved = 2 * model.active_params * _exact_sum(h, "hit_tokens", None) + coeff * (
         _exact_sum(h * (h + 1), "hit_tokens", None)
     )
+    if model.reuse_flops_per_token():  # the reused tokens' up-projection is not saved
+        reused_of_computed = np.where(h < n, h, 0)
+        total_saved -= model.reuse_flops_per_token() * _exact_sum(
+            reused_of_computed, "hit_tokens", None
+        )
     common = {
         "prefill_flops": full,
         "prefill_flops_saved": full - done,

@@ -80,6 +80,10 @@ class ModelProfile:
     """MLA: dimension of the decoupled RoPE key kept in the cache."""
     kv_dtype: str = "bf16"
     """dtype of the KV cache (``bf16``, ``fp16``, ``fp8``, ``fp32``)."""
+    reuse_up_projection: bool = False
+    """MLA only: the prefill up-projects every reused token's cached latent back to per-head
+    keys and values before attending to it (vLLM's MLA prefill path, ``kv_b_proj`` in
+    ``MLACommonImpl._compute_prefill_context``), costing :meth:`reuse_flops_per_token`."""
     source: str = ""
     """Where the numbers come from (a URL of the published config)."""
 
@@ -106,11 +110,34 @@ class ModelProfile:
             need("kv_lora_rank", self.kv_lora_rank)
             need("qk_rope_head_dim", self.qk_rope_head_dim)
         dtype_bytes(self.kv_dtype, "model.kv_dtype")
+        if not isinstance(self.reuse_up_projection, bool):
+            raise ParameterError(
+                "model.reuse_up_projection", self.reuse_up_projection, "expected true or false"
+            )
+        if self.reuse_up_projection and (
+            self.attention != "mla" or self.head_dim <= (self.qk_rope_head_dim or 0)
+        ):
+            raise ParameterError(
+                "model.reuse_up_projection",
+                True,
+                "applies to attention: mla, whose head_dim exceeds qk_rope_head_dim",
+            )
 
     @property
     def value_dim(self) -> int:
         """Value dimension per head (``v_head_dim``, else ``head_dim``)."""
         return self.head_dim if self.v_head_dim is None else self.v_head_dim
+
+    def reuse_flops_per_token(self) -> int:
+        """FLOPs a reused token costs in a prefill (0 unless ``reuse_up_projection``): its
+        latent (``kv_lora_rank``) times ``kv_b_proj``, to ``attention_heads`` keys of
+        ``head_dim - qk_rope_head_dim`` and values of ``value_dim``, in every layer:
+        ``2 * layers * kv_lora_rank * attention_heads * (qk_nope_head_dim + value_dim)``."""
+        if not self.reuse_up_projection:
+            return 0
+        assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+        nope = self.head_dim - self.qk_rope_head_dim
+        return 2 * self.layers * self.kv_lora_rank * self.attention_heads * (nope + self.value_dim)
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> int:
         """Bytes of KV cache one token keeps, over all layers (exact)."""

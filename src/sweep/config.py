@@ -197,6 +197,7 @@ class ModelConfig:
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     kv_dtype: str = "bf16"
+    reuse_up_projection: bool = False
     source: str = ""
 
 

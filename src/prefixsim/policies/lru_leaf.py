@@ -1,8 +1,11 @@
 """LRU_LEAF: LRU over the radix tree of block chains, evicting leaves only.
 
-Variant: SGLang's radix cache, at block granularity: only a block with no resident child may be
-evicted, least recently used first, so a chain is cut from its tail and a shared prefix stays as
-long as any continuation of it is cached.
+Variant: a block-level, leaf-only LRU: only a block with no resident child may be evicted,
+least recently used first, so a chain is cut from its tail and a shared prefix stays as long as
+any continuation of it is cached. It is not SGLang's radix cache, which keeps recency per radix
+node (a run of blocks inserted together, refreshed as a whole, split by a match that ends inside
+it) and evicts whole leaf nodes: that is ``RADIX`` (:mod:`prefixsim.policies.radix`), which with
+split refresh, whole-node eviction and its spare page switched off is this policy (tested).
 
 The tree. A block gets its parent when it is admitted (on a miss): the block accessed just
 before it in the same request (``h_{i-1}``), or none for ``h_0``. The parent is kept while the
@@ -77,6 +80,15 @@ class LRULeafReference(ReferencePolicy):
 
     def access(self, h: Hashable) -> None:
         self.access_request([h])  # a block accessed alone is a one-block request
+
+    def remove(self, h: Hashable) -> None:
+        # Used by the engine semantics (prefixsim.semantics) to free a request's partial block
+        # (a leaf); ``removable`` stays False until the tiers are checked with it. Children of
+        # ``h`` keep their parent link, as they do when ``h`` is evicted.
+        del self.cache[h]
+        parent = self.parent.pop(h)
+        if parent is not _NO_PARENT:
+            self.children[parent] -= 1
 
     def access_request(self, hash_ids: Sequence[Hashable]) -> None:
         parent: object = _NO_PARENT

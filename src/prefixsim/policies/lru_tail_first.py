@@ -1,9 +1,16 @@
 """LRU_TAIL_FIRST: LRU in which a request's chain is evicted tail first.
 
-Variant: the recency order vLLM's block manager produces. While a request runs, its blocks are
-held (not evictable while any older block is left); when it finishes, they are returned to the
-LRU free queue in reverse, so after the request ``h_{n-1}`` is the least recent of its blocks
+Variant: the recency order vLLM v1's KV cache manager produces. While a request runs, its
+blocks are held (``BlockPool.touch`` takes a hit block out of the free queue); when it finishes,
+they are returned to the LRU free queue in reverse (``SingleTypeKVCacheManager.free``:
+``reversed(req_blocks)``), so after the request ``h_{n-1}`` is the least recent of its blocks
 and ``h_0`` the most recent, and the cache loses a chain from its tail, never from its head.
+The order is vLLM's; the hit rule is the specification's. Under vLLM's own rules
+(:mod:`prefixsim.semantics`, ``"vllm"``: full blocks only, the ``L - 1`` cap, the null block,
+the partial block freed to the front) it gives vLLM's hits request by request, checked against
+:mod:`prefixsim.oracles.vllm_v1`, as long as vLLM keeps no second copy of a block it recomputed
+(the last block of a fully cached prompt of whole blocks: vLLM caches the copy beside the
+original, a policy holds one block per hash).
 
 Exact rule. The cache is an LRU list of the blocks of earlier requests (``old``) followed, at
 the most recent end, by the blocks the current request has placed so far (``placed``, kept in
@@ -71,6 +78,12 @@ class LRUTailFirstReference(ReferencePolicy):
 
     def access(self, h: Hashable) -> None:
         self.access_request([h])  # a block accessed alone is a one-block request
+
+    def remove(self, h: Hashable) -> None:
+        # Between requests every resident block is in ``old``. Used by the engine semantics
+        # (prefixsim.semantics) to free a request's partial block; ``removable`` stays False
+        # until the tiers are checked with it.
+        del self.old[h]
 
     def access_request(self, hash_ids: Sequence[Hashable]) -> None:
         placed: OrderedDict[Hashable, None] = OrderedDict()  # h_0 first

@@ -72,8 +72,10 @@ POLICY_STYLES: dict[str, tuple[str, str, str]] = {
     "LRU_TAIL_FIRST": (ROSE, ">", ":"),
     "LRU_LEAF": (ROSE, "<", "--"),
     "S3FIFO_LEAF": (INDIGO, "h", "--"),
+    "S3FIFO_LCS": (INDIGO, "d", ":"),  # libCacheSim's S3FIFO: the spec S3FIFO's colour
+    "RADIX": (ROSE, "p", "-."),  # SGLang's radix cache: the LRU family's colour
 }
-PREFIX_AWARE: frozenset[str] = frozenset({"LRU_TAIL_FIRST", "LRU_LEAF", "S3FIFO_LEAF"})
+PREFIX_AWARE: frozenset[str] = frozenset({"LRU_TAIL_FIRST", "LRU_LEAF", "S3FIFO_LEAF", "RADIX"})
 _FALLBACK_COLOURS = [SAND, CYAN, "#555555", "#BBBBBB"]
 _FALLBACK_MARKERS = ["d", "p", "H", "8", "1", "2", "3", "4"]
 _FALLBACK_LINESTYLES = ["-", "--", ":", "-."]
