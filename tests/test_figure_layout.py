@@ -115,6 +115,34 @@ def test_the_checks_catch_a_legend_on_the_data_and_a_hidden_series() -> None:
     assert any("tick label" in p and "overlaps tick label" in p for p in found)
 
 
+def test_the_checks_catch_covered_series_and_broken_style() -> None:
+    """The pixel check finds a series under another (not identical: a thicker line over it),
+    a marker under another's, and the style checks what the one style forbids."""
+    fig = Figure(figsize=(3.4, 2.0))
+    ax = fig.subplots()
+    x = np.array([1024.0, 2048.0, 4096.0])
+    ax.plot(x, [0.1, 0.2, 0.3], color="C0", marker="o", label="under")
+    ax.plot(x, [0.1, 0.2, 0.3001], color="C1", linewidth=4, marker="s", markersize=8, label="over")
+    ax.plot(x, [0.3, 0.2, 0.25], color="C2", marker="o", label="one marker under")
+    ax.plot([2048.0], [0.2], color="C3", marker="s", markersize=9, label="big")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0.05, 0.35)
+    ax.set_xlabel("capacity [blocks]")
+    ax.set_ylabel("token hit rate")
+    for label in ax.get_xticklabels():
+        label.set_rotation(30)
+    ax.legend()
+    found = problems(fig)
+    assert "'under' is hidden under other series in '' without notice" in found
+    assert "1 of 3 markers of 'one marker under' in '' are hidden under other series" in found
+    assert "the hit rate of '' is not in % ('token hit rate')" in found
+    assert any(p.startswith("axis label 'capacity [blocks]'") for p in found)
+    assert any("is rotated" in p for p in found)
+    assert any("is a power" in p for p in found)  # 2^10 .. 2^12
+    assert "a legend inside the axes ''" in found
+    assert "the y axis of '' ('token hit rate') does not start at 0" in found
+
+
 def test_trace_panels_follow_the_typed_order_and_use_file_stems(tmp_path: Path) -> None:
     typed = ("/data/zeta.jsonl", "alpha")  # typed zeta first; alphabetical order would swap them
     run = write_run(tmp_path / "run", all_policies_results(("LRU",), typed))
