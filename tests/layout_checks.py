@@ -155,9 +155,48 @@ def series_name(line: Line2D) -> str | None:
     return label
 
 
-def _id_colour(k: int) -> tuple[float, float, float]:
-    """A colour no antialiased blend of the figures' colours is likely to hit exactly."""
-    return ((k + 1) / 255, (254 - k) / 255, 77 / 255)
+def _directions(n: int) -> np.ndarray:
+    """``n`` unit vectors of RGB space, all components positive, at least 15 degrees from the
+    grey diagonal and spread apart (a Fibonacci lattice of the sphere, thinned)."""
+    m = 4000
+    k = np.arange(m) + 0.5
+    z = 1 - 2 * k / m
+    phi = np.pi * (3 - np.sqrt(5)) * k
+    pts = np.column_stack([np.sqrt(1 - z**2) * np.cos(phi), np.sqrt(1 - z**2) * np.sin(phi), z])
+    diagonal = np.ones(3) / np.sqrt(3)
+    keep = (pts > 0.05).all(axis=1) & (pts @ diagonal < np.cos(np.radians(15)))
+    pts = pts[keep]
+    return pts[np.linspace(0, len(pts) - 1, n).round().astype(int)]
+
+
+ID_DEPTH = 200.0
+"""How far (0-255) below white each ID colour lies along its direction."""
+ID_COS = np.cos(np.radians(1.5))
+"""A pixel is an ID colour's when its direction from white is this close to the colour's: an
+antialiased blend of the colour with white keeps the direction, any other blend does not."""
+
+
+def _id_colours(n: int) -> np.ndarray:
+    """``n`` colours (0-1 RGB), each along a direction of its own from white
+    (:func:`_directions`)."""
+    d = _directions(n)
+    return 1 - ID_DEPTH / 255 * d / d.max(axis=1, keepdims=True)
+
+
+def _owners(image: np.ndarray, colours: np.ndarray) -> np.ndarray:
+    """For each pixel, the index of the ID colour it shows (a blend of that colour with
+    white covering at least a third of the pixel), or -1."""
+    v = 255.0 - image.reshape(-1, 3).astype(float)
+    dirs = 255.0 - colours * 255.0
+    depth = np.linalg.norm(dirs, axis=1)
+    out = np.full(len(v), -1)
+    norm = np.linalg.norm(v, axis=1)
+    candidates = np.flatnonzero(norm > 20)
+    cos = (v[candidates] @ (dirs / depth[:, None]).T) / norm[candidates, None]
+    best = cos.argmax(axis=1)
+    ok = (cos[np.arange(len(best)), best] > ID_COS) & (norm[candidates] > depth[best] / 3)
+    out[candidates[ok]] = best[ok]
+    return out.reshape(image.shape[:2])
 
 
 def _marker_centres(line: Line2D) -> np.ndarray:
@@ -177,9 +216,9 @@ def _marker_centres(line: Line2D) -> np.ndarray:
 def covered(fig: Figure) -> list[str]:
     """Series (labelled lines of an axes, with their parts) entirely hidden under the lines
     drawn over them, and markers of a series hidden so, at the figure's dpi. Every line is
-    drawn once more without antialiasing in a colour of its own (``(r, g, b)`` unique to the
-    series), everything else as it is; a pixel of that colour is a pixel of the series on top.
-    A series announced ``(= OTHER)`` may be hidden."""
+    drawn once more in a colour of its own (:func:`_id_colours`), fills, images and grid
+    lines left out, the rest as it is; a pixel of that colour (or of its blend with white at
+    an edge) is a pixel of the series on top. A series announced ``(= OTHER)`` may be hidden."""
     lines: list[tuple[Axes, Line2D, str]] = []
     for ax in _all_axes(fig):
         for line in ax.get_lines():
@@ -189,28 +228,40 @@ def covered(fig: Figure) -> list[str]:
     if not lines:
         return []
     keys = list(dict.fromkeys((id(ax), name) for ax, _, name in lines))
-    colour_of = {key: _id_colour(k) for k, key in enumerate(keys)}
+    colours = _id_colours(len(keys))
+    colour_of = {key: tuple(colours[k]) for k, key in enumerate(keys)}
     saved = []
     for ax, line, name in lines:
         raw = (line._color, line._markerfacecolor, line._markeredgecolor)  # type: ignore[attr-defined]
-        saved.append((line, raw, line.get_antialiased(), line.get_alpha()))
+        saved.append((line, raw, line.get_alpha()))
         rgb = colour_of[(id(ax), name)]
         line.set_color(rgb)
         line.set_markeredgecolor(rgb)
         if str(line.get_markerfacecolor()).lower() != "none":
             line.set_markerfacecolor(rgb)
-        line.set_antialiased(False)
         line.set_alpha(None)
+    shown = [a for ax in _all_axes(fig) for a in (*ax.collections, *ax.images) if a.get_visible()]
+    shown += [  # grid lines lie under the series, and a series on one would blend with it
+        t.gridline
+        for ax in _all_axes(fig)
+        for axis in (ax.xaxis, ax.yaxis)
+        for t in (*axis.get_major_ticks(), *axis.get_minor_ticks())
+        if t.gridline.get_visible()
+    ]
+    for a in shown:
+        a.set_visible(False)
     try:
         fig.canvas.draw()
-        image = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(np.int16)  # type: ignore[attr-defined]
+        image = np.asarray(fig.canvas.buffer_rgba())[..., :3]  # type: ignore[attr-defined]
     finally:
-        for line, (colour, face, edge), aa, alpha in saved:
+        for line, (colour, face, edge), alpha in saved:
             line.set_color(colour)
             line.set_markerfacecolor(face)
             line.set_markeredgecolor(edge)
-            line.set_antialiased(aa)
             line.set_alpha(alpha)
+        for a in shown:
+            a.set_visible(True)
+    owners = _owners(image, colours)
     height = image.shape[0]
     found = []
     for key in keys:
@@ -218,24 +269,27 @@ def covered(fig: Figure) -> list[str]:
         name = key[1]
         if "(= " in name:
             continue
-        r, g, b = (round(c * 255) for c in colour_of[key])
-        mine = (image[..., 0] == r) & (image[..., 1] == g) & (image[..., 2] == b)
+        mine = owners == keys.index(key)
         title = ax.get_title() or ax.get_label()
         if int(mine.sum()) < MIN_VISIBLE_PX:
             found.append(f"{name!r} is hidden under other series in {title!r} without notice")
             continue
         box = ax.get_window_extent()
-        hidden = total = 0
+        spots: dict[tuple[int, int], float] = {}  # marker places of the series -> radius
         for a, line, n in lines:
             if (id(a), n) != key:
                 continue
             radius = line.get_markersize() / 2 * fig.dpi / 72
             for x, y in _marker_centres(line):
-                if not (box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1):
-                    continue
-                total += 1
-                if _pixels_near(mine, height - y, x, radius) < 2:
-                    hidden += 1
+                if box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1:
+                    spot = (round(x * 2), round(y * 2))  # half-pixel places
+                    spots[spot] = max(spots.get(spot, 0.0), radius)
+        total = len(spots)
+        hidden = sum(
+            1
+            for (x2, y2), radius in spots.items()
+            if _pixels_near(mine, height - y2 / 2, x2 / 2, radius) < 2
+        )
         if hidden:
             found.append(
                 f"{hidden} of {total} markers of {name!r} in {title!r} are hidden under other "
@@ -315,11 +369,12 @@ def colours_by_policy(fig: Figure, policies: Any) -> dict[str, set[tuple[float, 
 
 
 def draw(fig: Figure) -> Any:
-    """Lay ``fig`` out as saving with ``bbox_inches="tight"`` does (two draws: the second
-    lays out with the tick labels the first one chose), and return the renderer."""
+    """Draw ``fig`` as saving it does (one draw: its layout engine places the artists, then
+    they are drawn), keep that layout for the checks' own drawing (:func:`covered`), and
+    return the renderer."""
     FigureCanvasAgg(fig)
-    fig.draw_without_rendering()
-    fig.draw_without_rendering()
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
     return fig.canvas.get_renderer()  # type: ignore[attr-defined]
 
 

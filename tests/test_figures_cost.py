@@ -47,13 +47,15 @@ def test_axes_in_bytes_and_est_labels(run_dir: Path) -> None:
     fig = fig_hit_rate_vs_cache_size(results, traces)
     ax = fig.axes[0]
     fig.canvas.draw()  # tick labels are formatted on draw
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["1 GiB", "2 GiB", "4 GiB"]
-    assert "GiB" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1GiB", "2GiB", "4GiB"]
+    assert ax.get_xlabel() == "Cache size (bytes)"
+    assert ax.get_ylabel() == "Token hit rate (%)"
     assert {line.get_label() for line in ax.get_lines()} >= {"S3FIFO", "LRU", "infinite cache"}
-    # the plotted hit rates are the results' own
+    # the plotted hit rates are the results' own, in percent
     lru = results[results.policy == "LRU"].sort_values("cache_bytes")
     line = next(ln for ln in ax.get_lines() if ln.get_label() == "LRU")
-    assert list(line.get_ydata()) == lru.overall_hit_rate.tolist()
+    assert list(line.get_ydata()) == pytest.approx((lru.overall_hit_rate * 100).tolist())
+    assert ax.get_ylim()[0] == 0
 
     fig = fig_prefill_saved_vs_cache_size(results)
     flops_ax, est_ax = fig.axes[:2]

@@ -131,6 +131,8 @@ class FigureReport:
     """Names of the figures drawn."""
     unchanged: list[str] = field(default_factory=list)
     """Names of the figures not redrawn because their inputs did not change."""
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    """Figure name -> the facts of the run its reading depends on (:mod:`.findings`)."""
 
 
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
@@ -196,7 +198,9 @@ def _digest(run: Path, kinds: Sequence[FigureKind], formats: Sequence[str], poin
                 parts.append([name, hashlib.sha256(path.read_bytes()).hexdigest()])
             else:
                 parts.append([name, st.st_size, st.st_mtime_ns])
-    modules = {k.draw.__module__ for k in kinds} | {__name__, f"{__package__}.style"}
+    # the figure code: every kind's module and every module of this package (the style layer)
+    modules = {k.draw.__module__ for k in kinds}
+    modules |= {m for m in sys.modules if m == __name__ or m.startswith(f"{__name__}.")}
     for module in sorted(modules):
         source = getattr(sys.modules.get(module), "__file__", None)
         if source is None:
@@ -258,6 +262,7 @@ def draw_figures(
     if stamp is not None:
         report.unchanged = list(stamp.get("drawn", []))
         report.skipped = dict(stamp.get("skipped", {}))
+        report.notes = dict(stamp.get("notes", {}))
         log.info("figures unchanged (same inputs as when drawn): %s", out)
         return report
     kinds = [k for k in kinds if k.applies is None or k.applies(data)]
@@ -279,11 +284,16 @@ def draw_figures(
         fig.clear()  # no pyplot: nothing else holds the figure
         report.written.extend(paths)
         report.drawn.append(kind.name)
-        log.info("drew %s: %s", kind.name, ", ".join(str(p) for p in paths))
+        notes = kind.notes(data) if kind.notes is not None else []
+        if notes:
+            report.notes[kind.name] = notes
+        said = "".join(f"; note: {n}" for n in notes)
+        log.info("drew %s: %s%s", kind.name, ", ".join(str(p) for p in paths), said)
     record = {
         "digest": digest,
         "drawn": report.drawn,
         "skipped": report.skipped,
+        "notes": report.notes,
         "files": [p.name for p in report.written],
     }
     with contextlib.suppress(OSError):

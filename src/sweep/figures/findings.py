@@ -1,0 +1,228 @@
+"""What a figure's reading depends on, found in the run's own data and said where the run's log
+lists the figure (``drew occupancy: PATH; note: ...``).
+
+A figure shows numbers; some readings of them rest on a fact the figure does not show. These
+functions find such facts in the results, so that the log says them for this run and trace,
+never a text written for another trace:
+
+* :func:`underfull`: a policy that ends with part of its cache empty where another ends full
+  (the specification's S3FIFO: a block reaches its main queue only when accessed again);
+* :func:`falls_below`: such a policy's hit rate under a simpler full policy's from some
+  capacity on;
+* :func:`identical`: two policies equal in every counter at every point of the run (a
+  property of the trace: the policies differ elsewhere);
+* :func:`best_small_ratio`: each capacity's best ``small_ratio``, and whether it lies at an end
+  of the ratios swept (the optimum may lie beyond).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .axes import format_capacity, is_binary
+from .data import choices, panels, select, single_cache_rows, trace_labels
+
+FULL = 0.99
+"""A cache at least this full at the end of the trace is full."""
+UNDERFULL = 0.9
+"""A cache less full than this, where another policy's is full, is said to be underfull."""
+WHY_UNDERFULL = {
+    "S3FIFO": "the specification's S3FIFO moves a block to its main queue only when it is "
+    "accessed again in the small queue or the ghost, so the main queue need not fill",
+}
+WHY_UNDERFULL["S3FIFO_LEAF"] = WHY_UNDERFULL["S3FIFO"]
+SIMPLER = ("FIFO", "LRU")
+"""The policies another is compared with, first found first."""
+COMPARED = ("total_hit_tokens", "final_cache_blocks")
+"""Compared with the counters (``sweep.store.COUNTER_COLUMNS``) to call two policies equal."""
+
+
+def _runs(values: Sequence[float], grid: Sequence[float]) -> list[tuple[float, float]]:
+    """``values`` (a subset of ``grid``) as contiguous runs of ``grid``: [(first, last)]."""
+    order = {v: i for i, v in enumerate(sorted(grid))}
+    out: list[tuple[float, float]] = []
+    for v in sorted(values):
+        if out and order[v] == order[out[-1][1]] + 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+def _span(lo: float, hi: float, binary: bool) -> str:
+    a, b = format_capacity(lo, binary), format_capacity(hi, binary)
+    return a if lo == hi else f"{a}-{b}"
+
+
+def _percent_span(values: Sequence[float]) -> str:
+    lo, hi = round(min(values) * 100), round(max(values) * 100)
+    return f"{lo}%" if lo == hi else f"{lo}-{hi}%"
+
+
+def _drawn(results: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(panel prefix, policy, rows by capacity) of each panel and policy as the figures draw
+    them (:func:`~.data.choices`); the prefix names the trace when the run has several."""
+    single = single_cache_rows(results)
+    if single.empty or single["capacity"].nunique() < 2:
+        return []
+    try:
+        panel_list = panels(single)
+    except Exception:  # every panel empty (SkipFigure): nothing to say
+        return []
+    chosen = choices(single)
+    labels = trace_labels([p.trace for p in panel_list])
+    several = len(panel_list) > 1
+    out = []
+    for panel in panel_list:
+        prefix = f"{labels[panel.trace]}, block_size={panel.block_size}: " if several else ""
+        for policy, choice in chosen.items():
+            rows = select(panel.rows, policy, choice)
+            if not rows.empty:
+                out.append((prefix, policy, rows.set_index("capacity")))
+    return out
+
+
+def underfull(results: pd.DataFrame) -> list[str]:
+    """Policies ending less than :data:`UNDERFULL` full at capacities where another policy of
+    the run ends full: ``S3FIFO ends 35-36% full at 256-512 blocks, where LRU ends full (the
+    specification's S3FIFO ...)``."""
+    drawn = _drawn(results)
+    out = []
+    explained: set[str] = set()
+    for prefix, policy, rows in drawn:
+        share = rows["final_cache_blocks"] / rows.index.to_numpy(dtype=float)
+        full_others = {}
+        for p2, other, rows2 in drawn:
+            if p2 == prefix and other != policy:
+                share2 = rows2["final_cache_blocks"] / rows2.index.to_numpy(dtype=float)
+                full_others[other] = set(share2[share2 >= FULL].index)
+        low = [c for c in share.index if share[c] < UNDERFULL]
+        shown = [c for c in low if any(c in caps for caps in full_others.values())]
+        if not shown:
+            continue
+        witness = next(o for o, caps in full_others.items() if set(shown) & caps)
+        grid = [float(c) for c in rows.index]
+        binary = is_binary(grid)
+        parts = [
+            f"{_percent_span([share[c] for c in share.index if a <= c <= b])} full at "
+            f"{_span(a, b, binary)} blocks"
+            for a, b in _runs([float(c) for c in shown], grid)
+        ]
+        text = f"{prefix}{policy} ends {' and '.join(parts)}, where {witness} ends full"
+        why = WHY_UNDERFULL.get(policy)
+        if why and why not in explained:
+            text += f" ({why})"
+            explained.add(why)
+        out.append(text)
+    return out
+
+
+def falls_below(results: pd.DataFrame) -> list[str]:
+    """An underfull policy whose hit rate is below a simpler full policy's (:data:`SIMPLER`)
+    at every capacity from some capacity on: ``S3FIFO falls below FIFO from 16Ki blocks``."""
+    drawn = _drawn(results)
+    out = []
+    for prefix, policy, rows in drawn:
+        share = rows["final_cache_blocks"] / rows.index.to_numpy(dtype=float)
+        if not (share < UNDERFULL).any() or policy in SIMPLER:
+            continue
+        for simple in SIMPLER:
+            other = next((r for p, q, r in drawn if p == prefix and q == simple), None)
+            if other is None:
+                continue
+            caps = sorted(set(rows.index) & set(other.index))
+            below = [
+                c for c in caps if rows.at[c, "overall_hit_rate"] < other.at[c, "overall_hit_rate"]
+            ]
+            if not below or below[-1] != caps[-1]:
+                break
+            start = caps[-1]
+            for c in reversed(caps):
+                if c not in below:
+                    break
+                start = c
+            binary = is_binary([float(c) for c in caps])
+            if start == caps[0]:
+                out.append(f"{prefix}{policy} is below {simple} at every capacity")
+            else:
+                out.append(
+                    f"{prefix}{policy} falls below {simple} from "
+                    f"{format_capacity(start, binary)} blocks on (see occupancy)"
+                )
+            break
+    return out
+
+
+def identical(results: pd.DataFrame) -> list[str]:
+    """Pairs of policies equal in every counter at every point the run has of both: ``LFU
+    equals SIEVE in every counter at every capacity: a property of this trace (the two
+    policies differ on others)``."""
+    from ..store import COUNTER_COLUMNS
+
+    drawn = _drawn(results)
+    columns = [c for c in (*COMPARED, *COUNTER_COLUMNS) if c in results.columns]
+    by_policy: dict[str, dict[str, pd.DataFrame]] = {}
+    for prefix, policy, rows in drawn:
+        by_policy.setdefault(policy, {})[prefix] = rows
+    policies = list(by_policy)
+    out = []
+    paired: set[str] = set()
+    for i, later in enumerate(policies):
+        for earlier in policies[:i]:
+            if earlier in paired:
+                continue
+            a, b = by_policy[earlier], by_policy[later]
+            if a.keys() == b.keys() and all(_same(a[k], b[k], columns) for k in a):
+                out.append(
+                    f"{later} equals {earlier} in every counter at every capacity of this run "
+                    "(a property of the trace: the two policies differ in general)"
+                )
+                paired.add(later)
+                break
+    return out
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str]) -> bool:
+    if list(a.index) != list(b.index):
+        return False
+    for c in columns:
+        x, y = a[c], b[c]
+        if x.isna().all() or y.isna().all():
+            continue  # a counter one of the two policies does not keep
+        if not np.array_equal(x.to_numpy(dtype=float), y.to_numpy(dtype=float), equal_nan=True):
+            return False
+    return True
+
+
+def best_small_ratio(results: pd.DataFrame, policy: str = "S3FIFO") -> list[str]:
+    """Each capacity's best ``small_ratio`` (``best small_ratio: 0.6 at 16Ki blocks, ...``) and
+    the capacities whose best lies at an end of the ratios swept there."""
+    from .data import fix_params, param_keys
+    from .small_ratio import best_ratios
+
+    rows = single_cache_rows(results)
+    rows = rows[rows["policy"] == policy]
+    if rows.empty or rows["small_ratio"].nunique() < 2:
+        return []
+    rows, _ = fix_params(rows, policy, [k for k in param_keys(rows) if k != "small_ratio"])
+    best = best_ratios(rows)
+    several = best["trace_sha256"].nunique() > 1 or best["block_size"].nunique() > 1
+    labels = trace_labels(best["trace"].astype(str).unique())
+    binary = is_binary([float(c) for c in best["capacity"]])
+    out = []
+    for (trace, bs), group in best.groupby(["trace", "block_size"], sort=False):
+        prefix = f"{labels[str(trace)]}, block_size={bs}: " if several else ""
+        each = ", ".join(
+            f"{r.small_ratio:g} at {format_capacity(r.capacity, binary)}"
+            for r in group.itertuples(index=False)
+        )
+        text = f"{prefix}best small_ratio: {each} blocks"
+        edge = group[group["at_edge"]]
+        if not edge.empty:
+            caps = ", ".join(format_capacity(c, binary) for c in edge["capacity"])
+            text += f"; at {caps} blocks the best is an end of the ratios swept: widen them"
+        out.append(text)
+    return out
