@@ -149,12 +149,13 @@ def _draw_occupancy(data: RunData) -> Figure:
 
 
 def _hit_rate_notes(data: RunData) -> list[str]:
-    return findings.identical(data.results) + findings.falls_below(data.results)
+    x = x_axis(data.results, data.capacity_axis)
+    return findings.identical(data.results, x) + findings.falls_below(data.results, x)
+
+
+def _occupancy_notes(data: RunData) -> list[str]:
+    return findings.underfull(data.results, x_axis(data.results, data.capacity_axis))
 
 
 register(FigureKind("hit_rate_vs_capacity", _draw_hit_rate, order=10, notes=_hit_rate_notes))
-register(
-    FigureKind(
-        "occupancy", _draw_occupancy, order=40, notes=lambda d: findings.underfull(d.results)
-    )
-)
+register(FigureKind("occupancy", _draw_occupancy, order=40, notes=_occupancy_notes))

@@ -199,7 +199,8 @@ def _kind(name: str, draw: Any, order: int, notes: Any = None) -> FigureKind:
 
 
 def _notes(data: RunData) -> list[str]:
-    return findings.identical(data.results) + findings.falls_below(data.results)
+    rows = data.results[data.results["cache_bytes"].notna()]
+    return findings.identical(rows, "cache_bytes") + findings.falls_below(rows, "cache_bytes")
 
 
 register(_kind("hit_rate_vs_cache_size", fig_hit_rate_vs_cache_size, 80, _notes))

@@ -52,9 +52,11 @@ def _runs(values: Sequence[float], grid: Sequence[float]) -> list[tuple[float, f
     return out
 
 
-def _span(lo: float, hi: float, binary: bool) -> str:
-    a, b = format_capacity(lo, binary), format_capacity(hi, binary)
-    return a if lo == hi else f"{a}-{b}"
+def _where(lo: float, hi: float, x: str, binary: bool) -> str:
+    """``256-1Ki blocks`` (``x="capacity"``) or ``64GiB-1TiB`` (``x="cache_bytes"``)."""
+    unit = "B" if x == "cache_bytes" else ""
+    a, b = format_capacity(lo, binary, unit), format_capacity(hi, binary, unit)
+    return (a if lo == hi else f"{a}-{b}") + ("" if unit else " blocks")
 
 
 def _percent_span(values: Sequence[float]) -> str:
@@ -62,11 +64,12 @@ def _percent_span(values: Sequence[float]) -> str:
     return f"{lo}%" if lo == hi else f"{lo}-{hi}%"
 
 
-def _drawn(results: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """(panel prefix, policy, rows by capacity) of each panel and policy as the figures draw
-    them (:func:`~.data.choices`); the prefix names the trace when the run has several."""
+def _drawn(results: pd.DataFrame, x: str = "capacity") -> list[tuple[str, str, pd.DataFrame]]:
+    """(panel prefix, policy, rows indexed by ``x``, with ``full`` the share of the capacity
+    resident at the end) of each panel and policy as the figures draw them
+    (:func:`~.data.choices`); the prefix names the trace when the run has several."""
     single = single_cache_rows(results)
-    if single.empty or single["capacity"].nunique() < 2:
+    if x not in single.columns or single[x].isna().any() or single[x].nunique() < 2:
         return []
     try:
         panel_list = panels(single)
@@ -81,34 +84,44 @@ def _drawn(results: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
         for policy, choice in chosen.items():
             rows = select(panel.rows, policy, choice)
             if not rows.empty:
-                out.append((prefix, policy, rows.set_index("capacity")))
+                full = rows["final_cache_blocks"] / rows["capacity"].astype(float)
+                out.append((prefix, policy, rows.assign(full=full).set_index(x).sort_index()))
     return out
 
 
-def underfull(results: pd.DataFrame) -> list[str]:
+def _underfull_at(drawn: list[tuple[str, str, pd.DataFrame]]) -> dict[tuple[str, str], list]:
+    """(prefix, policy) -> the x values where it ends less than :data:`UNDERFULL` full while
+    another policy of the panel ends full; and the first such other policy (key ``witness``)."""
+    out: dict[tuple[str, str], list] = {}
+    for prefix, policy, rows in drawn:
+        full_elsewhere: dict[str, set[float]] = {}
+        for p2, other, rows2 in drawn:
+            if p2 == prefix and other != policy:
+                full_elsewhere[other] = set(rows2.index[rows2["full"] >= FULL])
+        low = [c for c in rows.index if rows.at[c, "full"] < UNDERFULL]
+        shown = [c for c in low if any(c in caps for caps in full_elsewhere.values())]
+        if shown:
+            witness = next(o for o, caps in full_elsewhere.items() if set(shown) & caps)
+            out[(prefix, policy)] = [shown, witness]
+    return out
+
+
+def underfull(results: pd.DataFrame, x: str = "capacity") -> list[str]:
     """Policies ending less than :data:`UNDERFULL` full at capacities where another policy of
     the run ends full: ``S3FIFO ends 35-36% full at 256-512 blocks, where LRU ends full (the
     specification's S3FIFO ...)``."""
-    drawn = _drawn(results)
+    drawn = _drawn(results, x)
+    found = _underfull_at(drawn)
     out = []
     explained: set[str] = set()
     for prefix, policy, rows in drawn:
-        share = rows["final_cache_blocks"] / rows.index.to_numpy(dtype=float)
-        full_others = {}
-        for p2, other, rows2 in drawn:
-            if p2 == prefix and other != policy:
-                share2 = rows2["final_cache_blocks"] / rows2.index.to_numpy(dtype=float)
-                full_others[other] = set(share2[share2 >= FULL].index)
-        low = [c for c in share.index if share[c] < UNDERFULL]
-        shown = [c for c in low if any(c in caps for caps in full_others.values())]
-        if not shown:
+        if (prefix, policy) not in found:
             continue
-        witness = next(o for o, caps in full_others.items() if set(shown) & caps)
+        shown, witness = found[(prefix, policy)]
         grid = [float(c) for c in rows.index]
         binary = is_binary(grid)
         parts = [
-            f"{_percent_span([share[c] for c in share.index if a <= c <= b])} full at "
-            f"{_span(a, b, binary)} blocks"
+            f"{_percent_span(rows.loc[a:b, 'full'].tolist())} full at {_where(a, b, x, binary)}"
             for a, b in _runs([float(c) for c in shown], grid)
         ]
         text = f"{prefix}{policy} ends {' and '.join(parts)}, where {witness} ends full"
@@ -120,14 +133,15 @@ def underfull(results: pd.DataFrame) -> list[str]:
     return out
 
 
-def falls_below(results: pd.DataFrame) -> list[str]:
+def falls_below(results: pd.DataFrame, x: str = "capacity") -> list[str]:
     """An underfull policy whose hit rate is below a simpler full policy's (:data:`SIMPLER`)
-    at every capacity from some capacity on: ``S3FIFO falls below FIFO from 16Ki blocks``."""
-    drawn = _drawn(results)
+    at every capacity from some capacity on: ``S3FIFO falls below FIFO from 16Ki blocks on;
+    it ends 43-76% full at 64Ki-128Ki blocks there (occupancy)``."""
+    drawn = _drawn(results, x)
+    found = _underfull_at(drawn)
     out = []
     for prefix, policy, rows in drawn:
-        share = rows["final_cache_blocks"] / rows.index.to_numpy(dtype=float)
-        if not (share < UNDERFULL).any() or policy in SIMPLER:
+        if (prefix, policy) not in found or policy in SIMPLER:
             continue
         for simple in SIMPLER:
             other = next((r for p, q, r in drawn if p == prefix and q == simple), None)
@@ -146,23 +160,30 @@ def falls_below(results: pd.DataFrame) -> list[str]:
                 start = c
             binary = is_binary([float(c) for c in caps])
             if start == caps[0]:
-                out.append(f"{prefix}{policy} is below {simple} at every capacity")
+                text = f"{prefix}{policy} is below {simple} at every capacity"
             else:
-                out.append(
-                    f"{prefix}{policy} falls below {simple} from "
-                    f"{format_capacity(start, binary)} blocks on (see occupancy)"
+                where = _where(start, start, x, binary)
+                text = f"{prefix}{policy} falls below {simple} from {where} on"
+            there = [c for c in found[(prefix, policy)][0] if c >= start]
+            if there:
+                spans = " and ".join(
+                    f"{_percent_span(rows.loc[a:b, 'full'].tolist())} full at "
+                    f"{_where(a, b, x, binary)}"
+                    for a, b in _runs([float(c) for c in there], [float(c) for c in rows.index])
                 )
+                text += f", where it ends {spans} (occupancy)"
+            out.append(text)
             break
     return out
 
 
-def identical(results: pd.DataFrame) -> list[str]:
+def identical(results: pd.DataFrame, x: str = "capacity") -> list[str]:
     """Pairs of policies equal in every counter at every point the run has of both: ``LFU
     equals SIEVE in every counter at every capacity: a property of this trace (the two
     policies differ on others)``."""
     from ..store import COUNTER_COLUMNS
 
-    drawn = _drawn(results)
+    drawn = _drawn(results, x)
     columns = [c for c in (*COMPARED, *COUNTER_COLUMNS) if c in results.columns]
     by_policy: dict[str, dict[str, pd.DataFrame]] = {}
     for prefix, policy, rows in drawn:

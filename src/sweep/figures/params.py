@@ -120,7 +120,11 @@ def effect_range(effects: list[np.ndarray]) -> str:
     if values.size == 0 or not np.any(values):
         return "no effect at any capacity"
     lo, hi = float(values.min()), float(values.max())
-    return f"every effect from {lo:+.2g} to {hi:+.2g} pp"
+    return f"every effect from {_signed(lo)} to {_signed(hi)} pp"
+
+
+def _signed(value: float) -> str:
+    return "0" if value == 0 else f"{value:+.2g}"
 
 
 def _symmetric_margin(ax: Axes) -> None:

@@ -30,12 +30,12 @@ from .data import (
 )
 from .legend import finish, layout
 from .registry import FigureKind, register
-from .series import PART_PREFIX, markevery
+from .series import markevery
 from .style import MARKERS, sequential, styled
 
 log = logging.getLogger("sweep.plot")
 
-ANNOTATE_MAX_CELLS = 80
+ANNOTATE_MAX_CELLS = 100
 """Heatmaps with at most this many cells get their values written in the cells."""
 LOG_SPAN = 10.0
 """The line panel's x axis is logarithmic when the ratios span more than this factor."""
@@ -96,7 +96,7 @@ def fig_small_ratio_tuning(results: pd.DataFrame, policy: str = "S3FIFO") -> Fig
                 markerfacecolor="white",
                 markeredgecolor=colours[cap],
                 markeredgewidth=1.0,
-                label=f"{PART_PREFIX}{label}",
+                label=f"_best of {label}",  # an annotation: above every marker, never moved
                 zorder=4,
             )
         _ratio_axis(ax, ratios)
