@@ -176,3 +176,15 @@ def test_the_all_policies_experiment_reads_well(tmp_path: Path) -> None:
                             "hit_rate_over_time"}  # fmt: skip
     found = {name: problems(fig, style_context()) for name, fig in figures.items()}
     assert {name: p for name, p in found.items() if p} == {}
+
+
+def test_coinciding_markers_stay_visible(tmp_path: Path) -> None:
+    """The user's command: S3FIFO and LRU both end 100% full at two of three capacities; both
+    markers must show there (the last drawn hid the first), and both CDFs' markers."""
+    df = make_results(capacities=(1024, 2048, 4096), small_ratios=(0.1,), traces=("alpha",))
+    df.loc[df.policy == "S3FIFO", "final_cache_blocks"] = [850, 2048, 4096]
+    df.loc[df.policy == "LRU", "final_cache_blocks"] = [1024, 2048, 4096]
+    run = write_run(tmp_path / "run", df)
+    figures = figures_of(run)
+    for name in ("occupancy", "hit_ratio_cdf"):
+        assert problems(figures[name], style_context()) == [], name

@@ -107,3 +107,32 @@ def test_capacity_axis_in_bytes(run_dir: Path) -> None:
     assert format_capacity(2.0**40, True, "B") == "1TiB"  # not 1024GiB
     with pytest.raises(prefixsim.ParameterError, match=r"plot\.capacity_axis"):
         SweepConfig(plot=PlotConfig(capacity_axis="GiB"))
+
+
+def test_one_colour_per_policy_in_every_figure(run_dir: Path) -> None:
+    """A policy has one colour in every figure of a run, two policies never share one (the
+    cost figures used matplotlib's cycle: S3FIFO was orange there and navy elsewhere)."""
+    from layout_checks import colours_by_policy
+    from sweep.figures import RunData, SkipFigure, figure_kinds
+    from sweep.figures.data import load_results
+    from sweep.figures.style import style_context
+
+    data = RunData(run_dir, load_results(run_dir))
+    colours: dict[str, set[tuple[float, ...]]] = {}
+    drawn = []
+    with style_context():
+        for kind in figure_kinds():
+            if kind.applies is not None and not kind.applies(data):
+                continue
+            try:
+                fig = kind.draw(data)
+            except SkipFigure:
+                continue
+            drawn.append(kind.name)
+            for policy, seen in colours_by_policy(fig, ["S3FIFO", "LRU"]).items():
+                colours.setdefault(policy, set()).update(seen)
+    assert {"hit_rate_vs_capacity", "hit_rate_vs_cache_size", "prefill_saved_vs_cache_size"} <= (
+        set(drawn)
+    )
+    assert {p: len(c) for p, c in colours.items()} == {"S3FIFO": 1, "LRU": 1}
+    assert colours["S3FIFO"] != colours["LRU"]

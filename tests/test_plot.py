@@ -260,6 +260,31 @@ def test_several_block_sizes_get_a_panel_each_and_no_token_axis() -> None:
     assert all(not ax.child_axes for ax in panels(fig))
 
 
+def test_panels_say_what_differs_and_leave_out_panels_without_a_hit() -> None:
+    df = make_results(traces=("/x/run/a.jsonl", "/y/run/a.jsonl"), block_sizes=(16, 64))
+    df["block_accesses"] = 10
+    titles = [p.title for p in data.panels(df)]
+    # the same file stem in two folders: named by the folders that tell them apart
+    assert titles == [
+        "x/run/a, block_size=16",
+        "x/run/a, block_size=64",
+        "y/run/a, block_size=16",
+        "y/run/a, block_size=64",
+    ]
+    empty = (df.block_size == 64) & (df.trace == "/y/run/a.jsonl")
+    df.loc[empty, ["total_hit_tokens", "block_accesses"]] = 0
+    assert len(data.panels(df)) == 3
+    df.loc[df.block_size == 64, ["total_hit_tokens", "block_accesses"]] = 0
+    df.loc[df.block_size == 16, "total_hit_tokens"] = 0
+    with pytest.raises(figures.SkipFigure) as info:
+        data.panels(df)
+    assert info.value.reason == (
+        "x/run/a at block_size=16: no point has a hit; x/run/a at block_size=64: no request "
+        "has a full block; y/run/a at block_size=16: no point has a hit; y/run/a at "
+        "block_size=64: no request has a full block (every hit rate is 0)"
+    )
+
+
 def test_small_ratio_tuning(full: pd.DataFrame) -> None:
     fig = small_ratio.fig_small_ratio_tuning(full)
     axes = panels(fig)
