@@ -83,7 +83,7 @@ def load_traces(
             warn_without_blocks(name, {None: trace})
             continue
         add((name, sizes[0]), trace)
-        loaded = {sizes[0]: trace}
+        loaded: dict[int | None, Trace] = {sizes[0]: trace}
         for block_size in sizes[1:]:
             loaded[block_size] = prefixsim.load_trace(name, block_size=block_size, options=options)
             add((name, block_size), loaded[block_size])

@@ -206,16 +206,17 @@ def _digest(run: Path, kinds: Sequence[FigureKind], formats: Sequence[str], poin
                 parts.append([name, hashlib.sha256(path.read_bytes()).hexdigest()])
             else:
                 parts.append([name, st.st_size, st.st_mtime_ns])
-    # the figure code: every kind's module and every module of this package (the style layer)
-    modules = {k.draw.__module__ for k in kinds}
-    modules |= {m for m in sys.modules if m == __name__ or m.startswith(f"{__name__}.")}
-    for module in sorted(modules):
-        source = getattr(sys.modules.get(module), "__file__", None)
-        if source is None:
-            continue
+    # the figure code: every file of this package (the style layer included, whichever of
+    # its modules this process imported) and the module of every kind registered elsewhere
+    sources = {str(p) for p in Path(__file__).parent.glob("*.py")}
+    for k in kinds:
+        source = getattr(sys.modules.get(k.draw.__module__), "__file__", None)
+        if source is not None:
+            sources.add(str(source))
+    for source in sorted(sources):
         with contextlib.suppress(OSError):
             st = Path(source).stat()
-            parts.append([module, st.st_size, st.st_mtime_ns])
+            parts.append([Path(source).name, st.st_size, st.st_mtime_ns])
     parts.append([k.name for k in kinds])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 

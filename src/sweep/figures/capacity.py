@@ -148,13 +148,19 @@ def _draw_occupancy(data: RunData) -> Figure:
     return fig_occupancy(data.results, data.capacity_axis, data.palette)
 
 
+def drawn(data: RunData, x: str) -> findings.Drawn:
+    """The run's rows split for the notes (once per run and x axis)."""
+    result: findings.Drawn = data.once(f"drawn:{x}", lambda: findings.split(data.results, x))
+    return result
+
+
 def _hit_rate_notes(data: RunData) -> list[str]:
-    x = x_axis(data.results, data.capacity_axis)
-    return findings.identical(data.results, x) + findings.falls_below(data.results, x)
+    d = drawn(data, x_axis(data.results, data.capacity_axis))
+    return findings.identical(d) + findings.falls_below(d)
 
 
 def _occupancy_notes(data: RunData) -> list[str]:
-    return findings.underfull(data.results, x_axis(data.results, data.capacity_axis))
+    return findings.underfull(drawn(data, x_axis(data.results, data.capacity_axis)))
 
 
 register(FigureKind("hit_rate_vs_capacity", _draw_hit_rate, order=10, notes=_hit_rate_notes))

@@ -20,7 +20,7 @@ from prefixsim.units import format_size
 
 from . import findings
 from .axes import bytes_axis, draw_ceiling, percent_axis
-from .capacity import ceiling_of, top
+from .capacity import ceiling_of, drawn, top
 from .data import (
     RunData,
     SkipFigure,
@@ -199,8 +199,8 @@ def _kind(name: str, draw: Any, order: int, notes: Any = None) -> FigureKind:
 
 
 def _notes(data: RunData) -> list[str]:
-    rows = data.results[data.results["cache_bytes"].notna()]
-    return findings.identical(rows, "cache_bytes") + findings.falls_below(rows, "cache_bytes")
+    d = drawn(data, "cache_bytes")
+    return findings.identical(d) + findings.falls_below(d)
 
 
 register(_kind("hit_rate_vs_cache_size", fig_hit_rate_vs_cache_size, 80, _notes))

@@ -55,13 +55,28 @@ class PlotError(PrefixSimError):
     """A run directory or an option the figures cannot be drawn from (one line for the user)."""
 
 
+CLUSTER_COLUMNS = frozenset(
+    ("instances", "router", "overlap_weight", "seed", "vnodes", "key_blocks", "load_model",
+     "load_hardware", "load_cache_tier", "decode_seconds_per_token", "est_ttft_p50_seconds",
+     "est_ttft_p99_seconds", "est_queueing_delay_mean_seconds", "busy_seconds_max",
+     "busy_seconds_mean", "load_imbalance")
+)  # fmt: skip
+"""Columns of cluster points only (null in a single cache's row)."""
+
+
 def single_cache_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The rows of single caches: not a hierarchy (``policy`` ``TIERS``, the tiers group) and
-    not a cluster (``instances`` set). Results written before those existed are all single."""
+    not a cluster (``instances`` set). Results written before those existed are all single.
+    The hierarchies' and clusters' own columns are left out (null in these rows; a third of
+    the table's width, which every selection of rows would copy)."""
     keep = results["policy"] != "TIERS"
     if "instances" in results.columns:
         keep &= results["instances"].isna()
-    return results if bool(keep.all()) else results[keep]
+    rows = results if bool(keep.all()) else results[keep]
+    columns = [
+        c for c in rows.columns if not (c in CLUSTER_COLUMNS or c == "mode" or c.startswith("tier"))
+    ]
+    return rows if len(columns) == len(rows.columns) else rows[columns]
 
 
 class SkipFigure(Exception):
@@ -142,16 +157,15 @@ def hitless(df: pd.DataFrame) -> dict[tuple[str, int], str]:
     """``(trace_sha256, block_size) -> why`` for each trace and block size of ``df`` at which
     no point has a hit: no request has a full block (``block_accesses`` all 0), or no block
     is requested twice within reach of any cache of the run. Such a panel would be empty."""
-    out = {}
     keys = ["trace_sha256", "block_size"]
-    for (sha, bs), rows in df.groupby(keys, sort=False):
-        if bool((rows["total_hit_tokens"] > 0).any()):
-            continue
-        accesses = rows["block_accesses"] if "block_accesses" in rows.columns else None
-        if accesses is not None and bool((accesses.fillna(0) == 0).all()):
-            out[(str(sha), int(bs))] = "no request has a full block"
-        else:
-            out[(str(sha), int(bs))] = "no point has a hit"
+    columns = [c for c in ("total_hit_tokens", "block_accesses") if c in df.columns]
+    most = df[keys + columns].fillna(0).groupby(keys, sort=False).max()
+    empty = most[most["total_hit_tokens"] <= 0]
+    out = {}
+    for (sha, bs), row in empty.iterrows():
+        full_block = "block_accesses" in row and row["block_accesses"] > 0
+        why = "no point has a hit" if full_block else "no request has a full block"
+        out[(str(sha), int(bs))] = why
     return out
 
 
@@ -454,6 +468,11 @@ class RunData:
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, made once per run for ``key`` (what several figures read, such as the
+        split of the notes; built-in keys are the property names)."""
+        return self._once(f"user:{key}", make)
 
     @property
     def palette(self) -> Palette:

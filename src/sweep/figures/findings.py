@@ -18,12 +18,13 @@ never a text written for another trace:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from .axes import format_capacity, is_binary
-from .data import choices, panels, select, single_cache_rows, trace_labels
+from .data import SkipFigure, choices, panels, select, single_cache_rows, trace_labels
 
 FULL = 0.99
 """A cache at least this full at the end of the trace is full."""
@@ -64,17 +65,31 @@ def _percent_span(values: Sequence[float]) -> str:
     return f"{lo}%" if lo == hi else f"{lo}-{hi}%"
 
 
-def _drawn(results: pd.DataFrame, x: str = "capacity") -> list[tuple[str, str, pd.DataFrame]]:
+@dataclass(frozen=True)
+class Drawn:
+    """A run's single-cache rows split as the figures draw them (:func:`split`): what every
+    note reads, split once per figure's x axis."""
+
+    x: str
+    rows: list[tuple[str, str, pd.DataFrame]]
     """(panel prefix, policy, rows indexed by ``x``, with ``full`` the share of the capacity
-    resident at the end) of each panel and policy as the figures draw them
-    (:func:`~.data.choices`); the prefix names the trace when the run has several."""
+    resident at the end)."""
+    columns: list[str]
+    """The table's columns."""
+
+
+def split(results: pd.DataFrame, x: str = "capacity") -> Drawn:
+    """Each panel and policy of ``results`` as the figures draw them (:func:`~.data.choices`),
+    indexed by ``x`` (``capacity`` or ``cache_bytes``); the prefix names the trace and block
+    size when the run has several panels."""
     single = single_cache_rows(results)
+    columns = list(results.columns)
     if x not in single.columns or single[x].isna().any() or single[x].nunique() < 2:
-        return []
+        return Drawn(x, [], columns)
     try:
         panel_list = panels(single)
-    except Exception:  # every panel empty (SkipFigure): nothing to say
-        return []
+    except SkipFigure:  # every panel empty: nothing to say
+        return Drawn(x, [], columns)
     chosen = choices(single)
     labels = trace_labels([p.trace for p in panel_list])
     several = len(panel_list) > 1
@@ -86,7 +101,11 @@ def _drawn(results: pd.DataFrame, x: str = "capacity") -> list[tuple[str, str, p
             if not rows.empty:
                 full = rows["final_cache_blocks"] / rows["capacity"].astype(float)
                 out.append((prefix, policy, rows.assign(full=full).set_index(x).sort_index()))
-    return out
+    return Drawn(x, out, columns)
+
+
+def _drawn(results: pd.DataFrame | Drawn, x: str) -> Drawn:
+    return results if isinstance(results, Drawn) else split(results, x)
 
 
 def _underfull_at(drawn: list[tuple[str, str, pd.DataFrame]]) -> dict[tuple[str, str], list]:
@@ -106,11 +125,12 @@ def _underfull_at(drawn: list[tuple[str, str, pd.DataFrame]]) -> dict[tuple[str,
     return out
 
 
-def underfull(results: pd.DataFrame, x: str = "capacity") -> list[str]:
+def underfull(results: pd.DataFrame | Drawn, x: str = "capacity") -> list[str]:
     """Policies ending less than :data:`UNDERFULL` full at capacities where another policy of
     the run ends full: ``S3FIFO ends 35-36% full at 256-512 blocks, where LRU ends full (the
     specification's S3FIFO ...)``."""
-    drawn = _drawn(results, x)
+    d = _drawn(results, x)
+    drawn, x = d.rows, d.x
     found = _underfull_at(drawn)
     out = []
     explained: set[str] = set()
@@ -133,11 +153,12 @@ def underfull(results: pd.DataFrame, x: str = "capacity") -> list[str]:
     return out
 
 
-def falls_below(results: pd.DataFrame, x: str = "capacity") -> list[str]:
+def falls_below(results: pd.DataFrame | Drawn, x: str = "capacity") -> list[str]:
     """An underfull policy whose hit rate is below a simpler full policy's (:data:`SIMPLER`)
     at every capacity from some capacity on: ``S3FIFO falls below FIFO from 16Ki blocks on;
     it ends 43-76% full at 64Ki-128Ki blocks there (occupancy)``."""
-    drawn = _drawn(results, x)
+    d = _drawn(results, x)
+    drawn, x = d.rows, d.x
     found = _underfull_at(drawn)
     out = []
     for prefix, policy, rows in drawn:
@@ -177,14 +198,15 @@ def falls_below(results: pd.DataFrame, x: str = "capacity") -> list[str]:
     return out
 
 
-def identical(results: pd.DataFrame, x: str = "capacity") -> list[str]:
+def identical(results: pd.DataFrame | Drawn, x: str = "capacity") -> list[str]:
     """Pairs of policies equal in every counter at every point the run has of both: ``LFU
     equals SIEVE in every counter at every capacity: a property of this trace (the two
     policies differ on others)``."""
     from ..store import COUNTER_COLUMNS
 
-    drawn = _drawn(results, x)
-    columns = [c for c in (*COMPARED, *COUNTER_COLUMNS) if c in results.columns]
+    d = _drawn(results, x)
+    drawn = d.rows
+    columns = [c for c in (*COMPARED, *COUNTER_COLUMNS) if c in d.columns]
     by_policy: dict[str, dict[str, pd.DataFrame]] = {}
     for prefix, policy, rows in drawn:
         by_policy.setdefault(policy, {})[prefix] = rows

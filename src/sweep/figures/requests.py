@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from . import findings
 from .axes import format_capacity, is_binary, percent_axis
+from .capacity import drawn
 from .data import (
     PER_REQUEST_FILE,
     REQUESTS_FILE,
@@ -328,7 +329,8 @@ def _draw_over_time(data: RunData) -> Figure:
 def _notes(data: RunData) -> list[str]:
     """Policies equal in every counter (their chosen points are announced ``(= OTHER)``)."""
     chosen = set(data.points["policy"]) if not data.points.empty else set()
-    return [n for n in findings.identical(data.results) if n.split(" ", 1)[0] in chosen]
+    same = findings.identical(drawn(data, "capacity"))
+    return [n for n in same if n.split(" ", 1)[0] in chosen]
 
 
 register(FigureKind("hit_ratio_cdf", _draw_cdf, order=50, notes=_notes))
