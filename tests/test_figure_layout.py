@@ -1,5 +1,6 @@
 """The figures read well at 1 policy and at 11: no legend over the data, no clipped or
-overlapping text, no series hidden under another without notice (:mod:`layout_checks`).
+overlapping text, no series hidden under another without notice (:mod:`layout_checks`). The
+bundled experiments and the README's commands themselves: test_figures_of_runs.py.
 
 The runs are written by the tests (the all-policies experiment's shape: every registered policy
 at ten capacities, S3FIFO also at several ``small_ratio`` and ``max_freq``), with identical
@@ -148,34 +149,6 @@ def test_trace_panels_follow_the_typed_order_and_use_file_stems(tmp_path: Path) 
     run = write_run(tmp_path / "run", all_policies_results(("LRU",), typed))
     fig = figures_of(run)["hit_rate_vs_capacity"]
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["zeta", "alpha"]
-
-
-@pytest.mark.slow
-def test_the_all_policies_experiment_reads_well(tmp_path: Path) -> None:
-    """The experiment itself (``+experiment=all_policies``) on the bundled trace, at four of
-    its capacities: every registered policy, real data (LFU equals SIEVE there)."""
-    import dataclasses
-
-    from sweep import ExecutorConfig, run_sweep
-    from sweep.config import PlotConfig
-    from test_sweep import compose
-
-    cfg = compose("+experiment=all_policies", "capacity=1024,4096,16384,65536")
-    cfg = dataclasses.replace(
-        cfg,
-        out_dir=str(tmp_path / "run"),
-        executor=ExecutorConfig(n_jobs=1),
-        plot=PlotConfig(enabled=False),
-        progress=False,
-    )
-    assert sorted(cfg.policy) == sorted(ALL_POLICIES)
-    summary = run_sweep(cfg)
-    assert summary.exit_code == 0
-    figures = figures_of(tmp_path / "run")
-    assert set(figures) == {"hit_rate_vs_capacity", "occupancy", "hit_ratio_cdf",
-                            "hit_rate_over_time"}  # fmt: skip
-    found = {name: problems(fig, style_context()) for name, fig in figures.items()}
-    assert {name: p for name, p in found.items() if p} == {}
 
 
 def test_coinciding_markers_stay_visible(tmp_path: Path) -> None:
