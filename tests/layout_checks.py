@@ -213,23 +213,11 @@ def _marker_centres(line: Line2D) -> np.ndarray:
     return np.asarray(path.vertices)
 
 
-def covered(fig: Figure) -> list[str]:
-    """Series (labelled lines of an axes, with their parts) entirely hidden under the lines
-    drawn over them, and markers of a series hidden so, at the figure's dpi. Every line is
-    drawn once more in a colour of its own (:func:`_id_colours`), fills, images and grid
-    lines left out, the rest as it is; a pixel of that colour (or of its blend with white at
-    an edge) is a pixel of the series on top. A series announced ``(= OTHER)`` may be hidden."""
-    lines: list[tuple[Axes, Line2D, str]] = []
-    for ax in _all_axes(fig):
-        for line in ax.get_lines():
-            name = series_name(line)
-            if name is not None:
-                lines.append((ax, line, name))
-    if not lines:
-        return []
-    keys = list(dict.fromkeys((id(ax), name) for ax, _, name in lines))
-    colours = _id_colours(len(keys))
-    colour_of = {key: tuple(colours[k]) for k, key in enumerate(keys)}
+def _render_ids(
+    fig: Figure, lines: list[tuple[Axes, Line2D, str]], colour_of: dict[tuple[int, str], Any]
+) -> np.ndarray:
+    """``fig`` drawn with every series' lines in its ID colour (``colour_of[(id(ax), name)]``),
+    fills, images and grid lines hidden; the RGB image. The figure is left as it was."""
     saved = []
     for ax, line, name in lines:
         raw = (line._color, line._markerfacecolor, line._markeredgecolor)  # type: ignore[attr-defined]
@@ -252,7 +240,7 @@ def covered(fig: Figure) -> list[str]:
         a.set_visible(False)
     try:
         fig.canvas.draw()
-        image = np.asarray(fig.canvas.buffer_rgba())[..., :3]  # type: ignore[attr-defined]
+        return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()  # type: ignore[attr-defined]
     finally:
         for line, (colour, face, edge), alpha in saved:
             line.set_color(colour)
@@ -261,6 +249,25 @@ def covered(fig: Figure) -> list[str]:
             line.set_alpha(alpha)
         for a in shown:
             a.set_visible(True)
+
+
+def covered(fig: Figure) -> list[str]:
+    """Series (labelled lines of an axes, with their parts) entirely hidden under the lines
+    drawn over them, and markers of a series hidden so, at the figure's dpi. Every line is
+    drawn once more in a colour of its own (:func:`_id_colours`), fills, images and grid
+    lines left out, the rest as it is; a pixel of that colour (or of its blend with white at
+    an edge) is a pixel of the series on top. A series announced ``(= OTHER)`` may be hidden."""
+    lines: list[tuple[Axes, Line2D, str]] = []
+    for ax in _all_axes(fig):
+        for line in ax.get_lines():
+            name = series_name(line)
+            if name is not None:
+                lines.append((ax, line, name))
+    if not lines:
+        return []
+    keys = list(dict.fromkeys((id(ax), name) for ax, _, name in lines))
+    colours = _id_colours(len(keys))
+    image = _render_ids(fig, lines, {key: tuple(colours[k]) for k, key in enumerate(keys)})
     owners = _owners(image, colours)
     height = image.shape[0]
     found = []
