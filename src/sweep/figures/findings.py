@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..config import POLICY_PARAM_KEYS
 from .axes import format_capacity, is_binary
 from .data import SkipFigure, choices, panels, select, single_cache_rows, trace_labels
 
@@ -37,8 +38,9 @@ WHY_UNDERFULL = {
 WHY_UNDERFULL["S3FIFO_LEAF"] = WHY_UNDERFULL["S3FIFO"]
 SIMPLER = ("FIFO", "LRU")
 """The policies another is compared with, first found first."""
-COMPARED = ("total_hit_tokens", "final_cache_blocks")
-"""Compared with the counters (``sweep.store.COUNTER_COLUMNS``) to call two policies equal."""
+NOT_RESULTS = frozenset(("point_id", "replay_seconds", *POLICY_PARAM_KEYS))
+"""Numeric columns of a row that are not what its replay found (every other one is compared
+to call two policies equal: hit tokens, final occupancy, every counter, the cost columns)."""
 
 
 def _runs(values: Sequence[float], grid: Sequence[float]) -> list[tuple[float, float]]:
@@ -74,8 +76,6 @@ class Drawn:
     rows: list[tuple[str, str, pd.DataFrame]]
     """(panel prefix, policy, rows indexed by ``x``, with ``full`` the share of the capacity
     resident at the end)."""
-    columns: list[str]
-    """The table's columns."""
 
 
 def split(results: pd.DataFrame, x: str = "capacity") -> Drawn:
@@ -83,13 +83,12 @@ def split(results: pd.DataFrame, x: str = "capacity") -> Drawn:
     indexed by ``x`` (``capacity`` or ``cache_bytes``); the prefix names the trace and block
     size when the run has several panels."""
     single = single_cache_rows(results)
-    columns = list(results.columns)
     if x not in single.columns or single[x].isna().any() or single[x].nunique() < 2:
-        return Drawn(x, [], columns)
+        return Drawn(x, [])
     try:
         panel_list = panels(single)
     except SkipFigure:  # every panel empty: nothing to say
-        return Drawn(x, [], columns)
+        return Drawn(x, [])
     chosen = choices(single)
     labels = trace_labels([p.trace for p in panel_list])
     several = len(panel_list) > 1
@@ -101,7 +100,7 @@ def split(results: pd.DataFrame, x: str = "capacity") -> Drawn:
             if not rows.empty:
                 full = rows["final_cache_blocks"] / rows["capacity"].astype(float)
                 out.append((prefix, policy, rows.assign(full=full).set_index(x).sort_index()))
-    return Drawn(x, out, columns)
+    return Drawn(x, out)
 
 
 def _drawn(results: pd.DataFrame | Drawn, x: str) -> Drawn:
@@ -202,11 +201,13 @@ def identical(results: pd.DataFrame | Drawn, x: str = "capacity") -> list[str]:
     """Pairs of policies equal in every counter at every point the run has of both: ``LFU
     equals SIEVE in every counter at every capacity: a property of this trace (the two
     policies differ on others)``."""
-    from ..store import COUNTER_COLUMNS
-
     d = _drawn(results, x)
     drawn = d.rows
-    columns = [c for c in (*COMPARED, *COUNTER_COLUMNS) if c in d.columns]
+    columns = [
+        c
+        for c in (drawn[0][2].columns if drawn else [])
+        if c not in NOT_RESULTS and pd.api.types.is_numeric_dtype(drawn[0][2][c])
+    ]
     by_policy: dict[str, dict[str, pd.DataFrame]] = {}
     for prefix, policy, rows in drawn:
         by_policy.setdefault(policy, {})[prefix] = rows
