@@ -148,13 +148,17 @@ POLICY_LOOKS: dict[str, Look] = {
     "LRU_TAIL_FIRST": Look(ROSE, ">", ":"),
     "LRU_LEAF": Look(ROSE, "<", "--"),
     "S3FIFO_LEAF": Look(INDIGO, "h", "--"),
+    "S3FIFO_LCS": Look(INDIGO, "d", ":"),  # libCacheSim's S3FIFO
+    "RADIX": Look(ROSE, "p", "-."),  # SGLang's radix cache
 }
 FAMILY_COLOURS: dict[str, tuple[str, ...]] = {
-    # a prefix-aware variant takes its base policy's colour when the run lacks the base
-    # policy, else a colour of the same family
+    # a variant takes its base policy's colour when the run lacks the base policy, else a
+    # colour of the same family
     "LRU_TAIL_FIRST": (ROSE, ORANGE, RED),
     "LRU_LEAF": (ROSE, RED, ORANGE),
+    "RADIX": (ROSE, RED, ORANGE),
     "S3FIFO_LEAF": (INDIGO, BLUE, CYAN),
+    "S3FIFO_LCS": (INDIGO, CYAN, BLUE),
 }
 ROUTER_LOOKS: dict[str, Look] = {
     # routers are drawn in figures of their own: colours apart from the first policies'
