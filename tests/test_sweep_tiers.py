@@ -145,11 +145,11 @@ def test_tier_split_figure(tmp_path: Path, small_trace: Path) -> None:  # noqa: 
     df = pd.read_parquet(out / "results.parquet")
     fig = tier_split_figure(df)
     ax = fig.axes[0]
-    # The stack's top line is the overall hit rate at each DRAM capacity.
-    top = ax.lines[0].get_ydata()
+    # The stack's top line is the overall hit rate (%) at each DRAM capacity.
+    (line,) = [ln for ln in ax.lines if ln.get_label() == "all tiers"]
     expected = df.sort_values("tier1_capacity").eval("total_hit_tokens / total_prompt_tokens")
-    np.testing.assert_allclose(top, expected.to_numpy())
-    assert list(ax.lines[0].get_xdata()) == [64, 128, 256]
+    np.testing.assert_allclose(line.get_ydata(), expected.to_numpy() * 100)
+    assert list(line.get_xdata()) == [64, 128, 256]
     # the sweep drew it with the run, and no single-cache figure (the run has none)
     assert (out / "figures" / "tier_split.png").stat().st_size > 0
     assert not (out / "figures" / "hit_rate_vs_capacity.png").exists()

@@ -80,14 +80,33 @@ def load_traces(
         trace = prefixsim.load_trace(name, block_size=sizes[0], options=options)
         if trace.block_size is None:
             add(name, trace)
+            warn_without_blocks(name, {None: trace})
             continue
         add((name, sizes[0]), trace)
+        loaded: dict[int | None, Trace] = {sizes[0]: trace}
         for block_size in sizes[1:]:
-            add(
-                (name, block_size),
-                prefixsim.load_trace(name, block_size=block_size, options=options),
-            )
+            loaded[block_size] = prefixsim.load_trace(name, block_size=block_size, options=options)
+            add((name, block_size), loaded[block_size])
+        warn_without_blocks(name, loaded)
     return shas, traces
+
+
+def warn_without_blocks(name: str, loaded: dict[int | None, Trace]) -> None:
+    """One warning for a trace none of whose requests has a full block at some block sizes
+    (every point there hits nothing: a prompt shorter than a block is never cached)."""
+    empty = [bs for bs, t in loaded.items() if t.n_requests and t.n_accesses == 0]
+    if not empty:
+        return
+    longest = max(int(t.input_lengths.max()) for t in loaded.values() if t.n_requests)
+    where = "at block_size=" + ", ".join(str(bs) for bs in empty) if empty != [None] else "in it"
+    every = len(empty) == len(loaded)
+    log.warning(
+        "trace %s: no request has a full block %s (the longest prompt has %d tokens): %s",
+        name,
+        where,
+        longest,
+        "every hit rate will be 0" if every else "the points there will hit nothing",
+    )
 
 
 def _resolve(value: str) -> str:
