@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .cost import capacity_from_size, cost_report
+from .cost import capacity_from_size, check_cost, cost_report
 from .errors import ParameterError, PrefixSimError
 from .formats.args import add_trace_arguments, options_from_args
 from .hardware import TIERS, hardware_names, load_hardware
@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         capacity, cache_bytes, model, hardware = _sizing(args)
         trace = load_trace(args.trace, block_size=args.block_size, options=options_from_args(args))
+        if model is not None:  # a byte count past int64 is refused before the replay
+            check_cost(model, args.block_size, capacity=capacity, trace=trace)
         result = replay(
             trace,
             policy=args.policy,
