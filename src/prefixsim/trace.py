@@ -211,7 +211,7 @@ def _read_bytes(path: Path, display: str) -> bytes:
     """The file's bytes. Only a regular file is read: a FIFO would block forever and a device
     such as ``/dev/zero`` never ends, so they are refused without reading (opened non-blocking,
     checked on the open descriptor, so a file swapped after a check is not read either)."""
-    expected = "expected a Mooncake JSONL trace file (plain or gzip)"
+    expected = "expected a JSONL trace file (Mooncake, token or chat; plain or gzip)"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
