@@ -28,9 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m prefixsim",
         description=(
             "Replay a JSONL trace (Mooncake hash_ids, token ids or chat messages) through a "
-            "block-level prefix cache and print the longest-prefix hit report as JSON (overall_hit_rate, total_hit_tokens, "
-            "total_prompt_tokens, per_request, final_cache_blocks, cache_capacity_blocks, the "
-            "parameters used and block-level counters)."
+            "block-level prefix cache and print the longest-prefix hit report as JSON "
+            "(overall_hit_rate, total_hit_tokens, total_prompt_tokens, per_request, "
+            "final_cache_blocks, cache_capacity_blocks, the parameters used and block-level "
+            "counters)."
         ),
         epilog="example: python -m prefixsim conversation --policy S3FIFO --capacity 4096",
     )
