@@ -1,0 +1,137 @@
+"""What ``python -m prefixsim -o``, ``prefixsim.convert`` and ``prefixsim.synth`` write to
+(issue 22): only a regular file or a new path (a named pipe or ``/dev/null`` used to be
+replaced by a regular file), with the mode the umask gives (issue 21: 0600 whatever the
+umask), and errors that name the user's path, never the temporary file's."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOKENS = json.dumps({"timestamp": 0, "token_ids": list(range(40))}) + "\n"
+
+
+def tool(module: str, *args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
+    def set_umask() -> None:
+        if umask is not None:
+            os.umask(umask)
+
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        preexec_fn=set_umask,
+    )
+
+
+def commands(src: Path, out: str) -> dict[str, tuple[str, ...]]:
+    return {
+        "report": ("prefixsim", str(src), "--block-size", "4", "-o", out),
+        "convert": ("prefixsim.convert", str(src), out, "--block-size", "4"),
+        "synth": ("prefixsim.synth", out, "--requests", "5"),
+        "synth-tokens": ("prefixsim.synth", out, "--requests", "5", "--format", "tokens"),
+    }
+
+
+KINDS = ["report", "convert", "synth", "synth-tokens"]
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    path = tmp_path / "t.jsonl"
+    path.write_text(TOKENS)
+    return path
+
+
+def one_line_exit_2(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+    assert ".tmp" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_named_pipe_is_refused_not_replaced(tmp_path: Path, src: Path, kind: str) -> None:
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    module, *args = commands(src, str(fifo))[kind]
+    one_line_exit_2(tool(module, *args), f"{fifo}: is a named pipe")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert {p.name for p in tmp_path.iterdir()} == {"t.jsonl", "out.jsonl"}  # no temporary
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dev_null_is_refused_not_replaced(src: Path, kind: str) -> None:
+    before = os.stat("/dev/null")
+    module, *args = commands(src, "/dev/null")[kind]
+    one_line_exit_2(tool(module, *args), "/dev/null: is a character device")
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_directory_is_refused(tmp_path: Path, src: Path, kind: str) -> None:
+    module, *args = commands(src, str(tmp_path))[kind]
+    one_line_exit_2(tool(module, *args), f"{tmp_path}: is a directory")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_missing_directory_names_the_users_path(tmp_path: Path, src: Path, kind: str) -> None:
+    out = tmp_path / "no" / "out.jsonl"
+    module, *args = commands(src, str(out))[kind]
+    one_line_exit_2(tool(module, *args), f"{out}: no such directory")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unwritable_directory_names_the_users_path(src: Path, kind: str) -> None:
+    out = "/proc/prefixsim-out.jsonl"  # procfs: no file can be created there, even by root
+    if not Path("/proc/self").exists():
+        pytest.skip("no procfs here")
+    module, *args = commands(src, out)[kind]
+    one_line_exit_2(tool(module, *args), f"{out}: cannot write")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_files_get_the_umask_mode(tmp_path: Path, src: Path, kind: str, umask: int) -> None:
+    out = tmp_path / "out.jsonl"
+    module, *args = commands(src, str(out))[kind]
+    proc = tool(module, *args, umask=umask)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_existing_regular_file_is_replaced(tmp_path: Path, src: Path, kind: str) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text("old\n")
+    module, *args = commands(src, str(out))[kind]
+    assert tool(module, *args).returncode == 0
+    assert out.read_text() != "old\n"
+
+
+def test_report_output_says_where_it_wrote(tmp_path: Path, src: Path) -> None:
+    out = tmp_path / "report.json"
+    proc = tool("prefixsim", str(src), "--block-size", "4", "-o", str(out))
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.stderr.startswith(f"{out}: report of 1 requests written")
+    assert json.loads(out.read_text())["n_requests"] == 1
+
+
+def test_an_invalid_output_is_refused_before_the_replay(tmp_path: Path, src: Path) -> None:
+    """The output is checked first: a long replay is not wasted on a path it cannot write."""
+    bad = tmp_path / "no" / "r.json"
+    err = one_line_exit_2(tool("prefixsim", str(src), "--block-size", "4", "-o", str(bad)))
+    assert "no such directory" in err
