@@ -149,7 +149,7 @@ class SynthConfig:
         check_fits(
             "requests",
             self.requests,
-            _BYTES_PER_TURN * _first_sessions(self.requests, mean) * mean,
+            int(_BYTES_PER_TURN * _first_sessions(self.requests, mean) * mean),
             f"synth's plan of {self.requests} requests",
         )
         check_fits(
