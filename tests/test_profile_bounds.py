@@ -405,3 +405,51 @@ def test_every_profile_error_is_a_prefixsim_error(tmp_path: Path) -> None:
         for load in (load_model, load_hardware):
             with pytest.raises(PrefixSimError):
                 load(str(path))
+
+
+# -- the sweep reads a --config-dir profile through the same loader -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("name: [\n", "invalid YAML"),
+        ("name: m\nattention_heads: 32\n", "m.yaml: layers=None: missing"),
+        (None, "m.yaml: model.layers='32'"),  # the CLI refuses it: so does the sweep
+        ('a: &a ["x","x"]\nname: [*a,*a]\n', "aliases"),
+    ],
+    ids=["bad-yaml", "missing-key", "string-int", "alias"],
+)
+def test_sweep_config_dir_profile_is_read_by_the_engine(
+    tmp_path: Path, text: str | None, fragment: str
+) -> None:
+    from prefixsim.models import profile_dir
+
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    if text is None:
+        bundled = (profile_dir("model") / "llama-3.1-8b.yaml").read_text()
+        text = bundled.replace("layers: 32", 'layers: "32"')
+        assert text != bundled
+    (tmp_path / "conf" / "model" / "m.yaml").write_text(text)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweep",
+            "--config-dir",
+            str(tmp_path / "conf"),
+            "model=m",
+            "capacity=64",
+            "policy=LRU",
+            "plot=false",
+            f"out_dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    one_line_exit_2(proc, fragment)
+    assert not out.exists()

@@ -274,8 +274,15 @@ def _read_profile(path: Path, key: str, name_or_path: str) -> Any:
     try:
         return yaml.load(text, Loader=_profile_loader())  # a SafeLoader without aliases
     except yaml.YAMLError as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise bad(shown_text(first)) from None
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None)
+        if problem and mark is not None:
+            context = getattr(err, "context", None)
+            what = f"{context}: {problem}" if context else problem
+            why = f"invalid YAML ({what} at line {mark.line + 1}, column {mark.column + 1})"
+        else:
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise bad(shown_text(why)) from None
     except RecursionError:
         raise bad("nested too deeply") from None
 
