@@ -216,3 +216,40 @@ def test_help_names_every_format() -> None:
     assert proc.returncode == 0
     description = proc.stdout.split("\n\n")[1]
     assert "Mooncake" in description and "token" in description and "chat" in description
+
+
+# -- timestamps: every difference of two finite ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"timestamp": 1e301, "input_length": 5, "output_length": 0, "hash_ids": [1]},
+        {"timestamp": -1.7e308, "input_length": 5, "output_length": 0, "hash_ids": [1]},
+        {"timestamp": 10**305, "token_ids": [1, 2, 3]},
+        {"timestamp": -1e301, "messages": [{"role": "user", "content": "hi"}]},
+    ],
+    ids=["mooncake", "mooncake-negative", "tokens-int", "chat"],
+)
+def test_timestamps_past_1e300_are_refused(tmp_path: Path, row: dict[str, object]) -> None:
+    path = tmp_path / "t.jsonl"
+    first = {k: (0 if k == "timestamp" else v) for k, v in row.items()}
+    path.write_text(json.dumps(first) + "\n\n" + json.dumps(row) + "\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: timestamp: .* at most 1e\+300"):
+        load_trace(path, block_size=1)
+
+
+def test_timestamps_at_the_bound_keep_the_cluster_finite(tmp_path: Path) -> None:
+    from prefixsim.cluster import replay_cluster
+
+    path = tmp_path / "t.jsonl"
+    rows = [
+        {"timestamp": t, "input_length": 5, "output_length": 3, "hash_ids": [1]}
+        for t in (1e300, -1e300, 1e300, -1e300)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = replay_cluster(
+        str(path), 1, "least_loaded", "LRU", 4, model="llama-3.1-8b", hardware="h100"
+    )
+    assert res.queueing_delay is not None and np.isfinite(res.queueing_delay).all()
+    assert res.queueing_delay.max() == pytest.approx(2e297)
