@@ -71,12 +71,28 @@ def test_a_named_pipe_is_refused_not_replaced(tmp_path: Path, src: Path, kind: s
     assert {p.name for p in tmp_path.iterdir()} == {"t.jsonl", "out.jsonl"}  # no temporary
 
 
+@pytest.fixture
+def null_device(tmp_path: Path) -> Path:
+    """A character device to write to: as root, a clone of /dev/null (major 1, minor 3) made in
+    the test's folder, so that a regression replaces the clone and never the system's
+    /dev/null (which the old code did, run as root); otherwise /dev/null itself (a user cannot
+    replace it: its folder is not writable)."""
+    if os.geteuid() != 0:
+        return Path("/dev/null")
+    clone = tmp_path / "null"
+    try:
+        os.mknod(clone, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError:
+        pytest.skip("root without the right to make a device node")
+    return clone
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_dev_null_is_refused_not_replaced(src: Path, kind: str) -> None:
-    before = os.stat("/dev/null")
-    module, *args = commands(src, "/dev/null")[kind]
-    one_line_exit_2(tool(module, *args), "/dev/null: is a character device")
-    after = os.stat("/dev/null")
+def test_a_device_is_refused_not_replaced(src: Path, null_device: Path, kind: str) -> None:
+    before = os.stat(null_device)
+    module, *args = commands(src, str(null_device))[kind]
+    one_line_exit_2(tool(module, *args), f"{null_device}: is a character device")
+    after = os.stat(null_device)
     assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
 
 
