@@ -5,13 +5,12 @@ they would need, the same way by the CLI, the API and the grid (issue 22: ``--ca
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
+from cli_checks import one_line_exit_2, run_module
 from prefixsim import ParameterError, make_params, policy_names, replay
 from prefixsim.params_grid import make_params_grid
 from prefixsim.policies import base
@@ -20,25 +19,6 @@ from prefixsim.trace import Trace
 from prefixsim.units import parse_size
 
 BIG = 2**44  # 16 Ti blocks: the state of every capacity-sized kernel passes any machine's memory
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "prefixsim", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
-def one_line_exit_2(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 @pytest.mark.parametrize("policy", policy_names())
@@ -56,7 +36,10 @@ def test_capacity_past_int64_is_refused_as_such(policy: str, capacity: int) -> N
     [("9223372036854775808", "FIFO"), ("18446744073709551617", "LRU")],
 )
 def test_cli_capacity_past_int64(capacity: str, policy: str) -> None:
-    one_line_exit_2(cli("conversation", "--policy", policy, "--capacity", capacity), "past int64")
+    one_line_exit_2(
+        run_module("prefixsim", "conversation", "--policy", policy, "--capacity", capacity),
+        "past int64",
+    )
 
 
 @pytest.mark.parametrize("policy", ["S3FIFO", "CLOCK", "FIFO", "S3FIFO_LEAF"])
@@ -70,13 +53,17 @@ def test_capacity_whose_state_cannot_fit_is_refused_with_its_size(policy: str) -
 
 
 def test_cli_capacity_too_large_names_the_size() -> None:
-    err = one_line_exit_2(cli("conversation", "--policy", "CLOCK", "--capacity", str(BIG)))
+    err = one_line_exit_2(
+        run_module("prefixsim", "conversation", "--policy", "CLOCK", "--capacity", str(BIG))
+    )
     assert f"{5 * BIG} bytes" in err and "memory" in err
 
 
 def test_cli_cache_size_exabytes() -> None:
     # 7 EiB of llama-3.1-8b blocks: 1.1e11 blocks of S3FIFO state (issue 22: 1.22 TiB asked for)
-    proc = cli("conversation", "--model", "llama-3.1-8b", "--cache-size", "7EiB")
+    proc = run_module(
+        "prefixsim", "conversation", "--model", "llama-3.1-8b", "--cache-size", "7EiB"
+    )
     one_line_exit_2(proc, "invalid capacity=", "of memory")
 
 
@@ -174,6 +161,8 @@ def test_cache_size_long_but_exact() -> None:
 
 
 def test_cli_cache_size_of_5000_digits() -> None:
-    proc = cli("conversation", "--model", "llama-3.1-8b", "--cache-size", "1" + "0" * 5000)
+    proc = run_module(
+        "prefixsim", "conversation", "--model", "llama-3.1-8b", "--cache-size", "1" + "0" * 5000
+    )
     err = one_line_exit_2(proc, "too large")
     assert len(err) < 400

@@ -8,28 +8,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_checks import one_line_exit_2, run_module
+
 TOKENS = json.dumps({"timestamp": 0, "token_ids": list(range(40))}) + "\n"
-
-
-def tool(module: str, *args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    def set_umask() -> None:
-        if umask is not None:
-            os.umask(umask)
-
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        preexec_fn=set_umask,
-    )
 
 
 def commands(src: Path, out: str) -> dict[str, tuple[str, ...]]:
@@ -51,22 +36,12 @@ def src(tmp_path: Path) -> Path:
     return path
 
 
-def one_line_exit_2(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    for fragment in fragments:
-        assert fragment in err, err
-    assert ".tmp" not in err, err
-    return err
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_named_pipe_is_refused_not_replaced(tmp_path: Path, src: Path, kind: str) -> None:
     fifo = tmp_path / "out.jsonl"
     os.mkfifo(fifo)
     module, *args = commands(src, str(fifo))[kind]
-    one_line_exit_2(tool(module, *args), f"{fifo}: is a named pipe")
+    one_line_exit_2(run_module(module, *args), f"{fifo}: is a named pipe")
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert {p.name for p in tmp_path.iterdir()} == {"t.jsonl", "out.jsonl"}  # no temporary
 
@@ -91,7 +66,7 @@ def null_device(tmp_path: Path) -> Path:
 def test_a_device_is_refused_not_replaced(src: Path, null_device: Path, kind: str) -> None:
     before = os.stat(null_device)
     module, *args = commands(src, str(null_device))[kind]
-    one_line_exit_2(tool(module, *args), f"{null_device}: is a character device")
+    one_line_exit_2(run_module(module, *args), f"{null_device}: is a character device")
     after = os.stat(null_device)
     assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
 
@@ -99,14 +74,14 @@ def test_a_device_is_refused_not_replaced(src: Path, null_device: Path, kind: st
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_directory_is_refused(tmp_path: Path, src: Path, kind: str) -> None:
     module, *args = commands(src, str(tmp_path))[kind]
-    one_line_exit_2(tool(module, *args), f"{tmp_path}: is a directory")
+    one_line_exit_2(run_module(module, *args), f"{tmp_path}: is a directory")
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_missing_directory_names_the_users_path(tmp_path: Path, src: Path, kind: str) -> None:
     out = tmp_path / "no" / "out.jsonl"
     module, *args = commands(src, str(out))[kind]
-    one_line_exit_2(tool(module, *args), f"{out}: no such directory")
+    one_line_exit_2(run_module(module, *args), f"{out}: no such directory")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -115,7 +90,7 @@ def test_an_unwritable_directory_names_the_users_path(src: Path, kind: str) -> N
     if not Path("/proc/self").exists():
         pytest.skip("no procfs here")
     module, *args = commands(src, out)[kind]
-    one_line_exit_2(tool(module, *args), f"{out}: cannot write")
+    one_line_exit_2(run_module(module, *args), f"{out}: cannot write")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -123,7 +98,7 @@ def test_an_unwritable_directory_names_the_users_path(src: Path, kind: str) -> N
 def test_files_get_the_umask_mode(tmp_path: Path, src: Path, kind: str, umask: int) -> None:
     out = tmp_path / "out.jsonl"
     module, *args = commands(src, str(out))[kind]
-    proc = tool(module, *args, umask=umask)
+    proc = run_module(module, *args, umask=umask)
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o666 & ~umask
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
@@ -134,13 +109,13 @@ def test_an_existing_regular_file_is_replaced(tmp_path: Path, src: Path, kind: s
     out = tmp_path / "out.jsonl"
     out.write_text("old\n")
     module, *args = commands(src, str(out))[kind]
-    assert tool(module, *args).returncode == 0
+    assert run_module(module, *args).returncode == 0
     assert out.read_text() != "old\n"
 
 
 def test_report_output_says_where_it_wrote(tmp_path: Path, src: Path) -> None:
     out = tmp_path / "report.json"
-    proc = tool("prefixsim", str(src), "--block-size", "4", "-o", str(out))
+    proc = run_module("prefixsim", str(src), "--block-size", "4", "-o", str(out))
     assert proc.returncode == 0 and proc.stdout == ""
     assert proc.stderr.startswith(f"{out}: report of 1 requests written")
     assert json.loads(out.read_text())["n_requests"] == 1
@@ -149,5 +124,5 @@ def test_report_output_says_where_it_wrote(tmp_path: Path, src: Path) -> None:
 def test_an_invalid_output_is_refused_before_the_replay(tmp_path: Path, src: Path) -> None:
     """The output is checked first: a long replay is not wasted on a path it cannot write."""
     bad = tmp_path / "no" / "r.json"
-    err = one_line_exit_2(tool("prefixsim", str(src), "--block-size", "4", "-o", str(bad)))
+    err = one_line_exit_2(run_module("prefixsim", str(src), "--block-size", "4", "-o", str(bad)))
     assert "no such directory" in err

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cli_checks import one_line_exit_2, run_module
 from prefixsim import ParameterError, PrefixSimError, TraceError
 from prefixsim.cost import (
     break_even_bandwidth,
@@ -55,26 +54,6 @@ def write_profile(path: Path, doc: dict[str, object]) -> Path:
             lines.append(f"{k}: {v}")
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "prefixsim", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
-def one_line_exit_2(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    assert len(err) < 700, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 # -- hardware: rates finite and bounded -------------------------------------------------------
@@ -133,8 +112,14 @@ def test_hardware_does_not_mutate_the_callers_tables() -> None:
 )
 def test_cli_hardware_file_out_of_range(tmp_path: Path, doc: dict[str, object], key: str) -> None:
     path = write_profile(tmp_path / "hw.yaml", doc)
-    proc = run(
-        "conversation", "--model", "llama-3.1-8b", "--hardware", str(path), "--no-per-request"
+    proc = run_module(
+        "prefixsim",
+        "conversation",
+        "--model",
+        "llama-3.1-8b",
+        "--hardware",
+        str(path),
+        "--no-per-request",
     )
     err = one_line_exit_2(proc, str(path), key)
     assert proc.stdout == "", err
@@ -202,13 +187,17 @@ def test_cli_model_file_errors_name_the_file_and_key(tmp_path: Path, key: str, v
     if key == "total_params":
         doc["active_params"] = value
     path = write_profile(tmp_path / "model.yaml", doc)
-    one_line_exit_2(run("conversation", "--model", str(path)), f"{path}: model.{key}")
+    one_line_exit_2(
+        run_module("prefixsim", "conversation", "--model", str(path)), f"{path}: model.{key}"
+    )
 
 
 def test_profile_file_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "m.yaml"
     path.write_bytes(b"name: m\xff\xfe\nlayers: 32\n")
-    one_line_exit_2(run("conversation", "--model", str(path)), "not valid UTF-8", "0xff")
+    one_line_exit_2(
+        run_module("prefixsim", "conversation", "--model", str(path)), "not valid UTF-8", "0xff"
+    )
     with pytest.raises(ParameterError, match="not valid UTF-8"):
         load_hardware(str(path))
 
@@ -378,7 +367,7 @@ def test_cli_refuses_a_reuse_past_int64_naming_the_line(tmp_path: Path) -> None:
     trace = tmp_path / "long.jsonl"
     row = {"timestamp": 0, "input_length": 2**47, "output_length": 0, "hash_ids": [1, 2]}
     trace.write_text(json.dumps(row) + "\n")
-    proc = run(str(trace), "--model", "llama-3.1-8b", "--no-per-request")
+    proc = run_module("prefixsim", str(trace), "--model", "llama-3.1-8b", "--no-per-request")
     err = one_line_exit_2(proc, f"{trace}:1: input_length")
     assert "reused_bytes" not in err
 
@@ -387,7 +376,9 @@ def test_cli_costs_a_request_of_2_40_tokens(tmp_path: Path) -> None:
     trace = tmp_path / "long.jsonl"
     row = {"timestamp": 0, "input_length": 2**40, "output_length": 0, "hash_ids": [1, 2]}
     trace.write_text(json.dumps(row) + "\n")
-    proc = run(str(trace), "--model", "llama-3.1-8b", "--hardware", "h100", "--no-per-request")
+    proc = run_module(
+        "prefixsim", str(trace), "--model", "llama-3.1-8b", "--hardware", "h100", "--no-per-request"
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)  # standard JSON: no Infinity, no NaN
     model = load_model("llama-3.1-8b")
@@ -432,24 +423,17 @@ def test_sweep_config_dir_profile_is_read_by_the_engine(
         assert text != bundled
     (tmp_path / "conf" / "model" / "m.yaml").write_text(text)
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweep",
-            "--config-dir",
-            str(tmp_path / "conf"),
-            "model=m",
-            "capacity=64",
-            "policy=LRU",
-            "plot=false",
-            f"out_dir={out}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    proc = run_module(
+        "sweep",
+        "--config-dir",
+        str(tmp_path / "conf"),
+        "model=m",
+        "capacity=64",
+        "policy=LRU",
+        "plot=false",
+        f"out_dir={out}",
         cwd=tmp_path,
+        timeout=300,
     )
     one_line_exit_2(proc, fragment)
     assert not out.exists()

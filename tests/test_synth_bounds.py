@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,31 +15,13 @@ import numpy as np
 import pytest
 
 import prefixsim
+from cli_checks import one_line_exit_2, run_module
 from prefixsim import ParameterError
 from prefixsim.synth import SynthConfig, plan_trace, synth_plan
 
 SMALL = SynthConfig(
     requests=40, system_tokens_median=40, first_tokens_median=30, max_prompt_tokens=4000
 )
-
-
-def synth(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "prefixsim.synth", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
-def one_line_exit_2(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 # Every field of SynthConfig with a value that must be refused (each names its field).
@@ -120,7 +100,7 @@ def test_each_field_is_validated(field: str, value: Any) -> None:
 )
 def test_cli_refuses_in_one_line(tmp_path: Path, args: list[str]) -> None:
     out = tmp_path / "s.jsonl"
-    proc = synth(str(out), "--requests", "20", *args)
+    proc = run_module("prefixsim.synth", str(out), "--requests", "20", *args)
     if args[1] == "1.5":  # not an integer: argparse's own error, exit 2, nothing written
         assert proc.returncode == 2 and "invalid integer value" in proc.stderr
     else:
@@ -152,7 +132,14 @@ def test_seed_is_taken_modulo_2_64() -> None:
 
 def test_cap_below_the_system_prompt_is_refused_at_once(tmp_path: Path) -> None:
     start = time.perf_counter()
-    proc = synth(str(tmp_path / "s.jsonl"), "--requests", "50", "--max-prompt-tokens", "600")
+    proc = run_module(
+        "prefixsim.synth",
+        str(tmp_path / "s.jsonl"),
+        "--requests",
+        "50",
+        "--max-prompt-tokens",
+        "600",
+    )
     one_line_exit_2(proc, "invalid max_prompt_tokens=600", "700 tokens")
     assert time.perf_counter() - start < 30
 
@@ -190,7 +177,7 @@ def test_an_answer_past_2_62_tokens_is_refused() -> None:
 def test_large_delays_still_give_finite_json(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     args = ["--requests", "30", "--think-time", "1e12", "--agent-fraction", "0.5"]
-    proc = synth(str(out), *args, "--agent-delay", "1e12", "--rate", "1e-9")
+    proc = run_module("prefixsim.synth", str(out), *args, "--agent-delay", "1e12", "--rate", "1e-9")
     assert proc.returncode == 0, proc.stderr
     for line in out.read_text().splitlines():
         row = json.loads(line, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
@@ -200,7 +187,9 @@ def test_large_delays_still_give_finite_json(tmp_path: Path) -> None:
 
 def test_block_size_longer_than_every_prompt_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
-    proc = synth(str(out), "--requests", "5", "--block-size", str(2**31 - 1))
+    proc = run_module(
+        "prefixsim.synth", str(out), "--requests", "5", "--block-size", str(2**31 - 1)
+    )
     one_line_exit_2(proc, "invalid block_size=2147483647", "every hash_ids would be empty")
     assert not out.exists()
 

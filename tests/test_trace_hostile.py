@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cli_checks import one_line_exit_2, run_module
 from prefixsim import ParameterError, TraceError, load_trace
 from prefixsim.formats import TraceOptions
 
@@ -30,25 +29,6 @@ def chat_file(tmp_path: Path, contents: list[str], name: str = "c.jsonl") -> Pat
     rows = [{"messages": [{"role": "user", "content": c}]} for c in contents]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-def cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
-def one_line_exit_2(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 # -- chat templates: {role} and {content}, nothing else ----------------------------------------
@@ -89,7 +69,7 @@ def test_templates_that_are_allowed(tmp_path: Path) -> None:
 @pytest.mark.parametrize("template", ["{role[x]}{content}", "{role.upper}{content}"])
 def test_cli_template_errors(tmp_path: Path, template: str) -> None:
     path = chat_file(tmp_path, ["hello"])
-    proc = cli("prefixsim", str(path), "--block-size", "4", "--chat-template", template)
+    proc = run_module("prefixsim", str(path), "--block-size", "4", "--chat-template", template)
     one_line_exit_2(proc, "chat_template")
     assert proc.stdout == ""
 
@@ -134,15 +114,15 @@ def test_lone_surrogate_with_a_tokenizer(tmp_path: Path) -> None:
     path = surrogate_file(tmp_path)
     with pytest.raises(TraceError, match="surrogate"):
         load_trace(path, block_size=2, options=TraceOptions(tokenizer=str(tok_path)))
-    proc = cli("prefixsim", str(path), "--block-size", "2", "--tokenizer", str(tok_path))
+    proc = run_module("prefixsim", str(path), "--block-size", "2", "--tokenizer", str(tok_path))
     one_line_exit_2(proc, f"{path}:3: messages")
 
 
 def test_cli_lone_surrogate(tmp_path: Path) -> None:
     path = surrogate_file(tmp_path)
-    one_line_exit_2(cli("prefixsim", str(path), "--block-size", "4"), f"{path}:3: messages")
+    one_line_exit_2(run_module("prefixsim", str(path), "--block-size", "4"), f"{path}:3: messages")
     out = tmp_path / "o.jsonl"
-    proc = cli("prefixsim.convert", str(path), str(out), "--block-size", "4")
+    proc = run_module("prefixsim.convert", str(path), str(out), "--block-size", "4")
     one_line_exit_2(proc, f"{path}:3: messages")
     assert not out.exists()
 
@@ -170,11 +150,11 @@ def test_arrival_rate_at_the_bound_gives_finite_timestamps(tmp_path: Path) -> No
 def test_cli_and_convert_refuse_a_tiny_arrival_rate(tmp_path: Path) -> None:
     path = chat_file(tmp_path, ["hello there", "hello there"])
     one_line_exit_2(
-        cli("prefixsim", str(path), "--block-size", "4", "--arrival-rate", "1e-320"),
+        run_module("prefixsim", str(path), "--block-size", "4", "--arrival-rate", "1e-320"),
         "arrival_rate",
     )
     out = tmp_path / "o.jsonl"
-    proc = cli(
+    proc = run_module(
         "prefixsim.convert", str(path), str(out), "--block-size", "4", "--arrival-rate", "1e-320"
     )
     one_line_exit_2(proc, "arrival_rate")
@@ -184,7 +164,7 @@ def test_cli_and_convert_refuse_a_tiny_arrival_rate(tmp_path: Path) -> None:
 def test_convert_output_is_standard_json_read_back(tmp_path: Path) -> None:
     path = chat_file(tmp_path, ["hello there", "hello there"])
     out = tmp_path / "o.jsonl"
-    proc = cli(
+    proc = run_module(
         "prefixsim.convert", str(path), str(out), "--block-size", "4", "--arrival-rate", "1e-9"
     )
     assert proc.returncode == 0, proc.stderr
@@ -207,12 +187,12 @@ def test_trace_options_types(key: str, value: object) -> None:
 
 
 def test_missing_trace_names_every_format(tmp_path: Path) -> None:
-    err = one_line_exit_2(cli("prefixsim", str(tmp_path / "nope.jsonl")), "no such file")
+    err = one_line_exit_2(run_module("prefixsim", str(tmp_path / "nope.jsonl")), "no such file")
     assert "Mooncake, token or chat" in err
 
 
 def test_help_names_every_format() -> None:
-    proc = cli("prefixsim", "--help")
+    proc = run_module("prefixsim", "--help")
     assert proc.returncode == 0
     description = proc.stdout.split("\n\n")[1]
     assert "Mooncake" in description and "token" in description and "chat" in description
