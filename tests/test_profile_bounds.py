@@ -216,7 +216,7 @@ def test_profile_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
     # one alias is refused as well (a profile is a flat mapping: none is ever needed)
     small = tmp_path / "alias.yaml"
     small.write_text("name: &n m\nsource: *n\n")
-    with pytest.raises(ParameterError, match="line 2"):
+    with pytest.raises(ParameterError, match="line 2, column 9"):
         load_model(str(small))
 
 

@@ -233,3 +233,22 @@ def test_timestamps_at_the_bound_keep_the_cluster_finite(tmp_path: Path) -> None
     )
     assert res.queueing_delay is not None and np.isfinite(res.queueing_delay).all()
     assert res.queueing_delay.max() == pytest.approx(2e297)
+
+
+def test_a_refused_template_is_refused_before_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace parsed, and cached, by a version that accepted ``{role.upper}`` is not read back
+    under that template: the template is checked before the cache is looked up."""
+    from prefixsim import _trace_cache
+
+    path = chat_file(tmp_path, ["hello"])
+    good = load_trace(path, block_size=2)
+    fields = {
+        k: getattr(good, k)
+        for k in ("sha256", "timestamps", "input_lengths", "output_lengths", "offsets")
+    }
+    fields.update(block_ids=good.block_ids, n_blocks=good.n_blocks, line_numbers=good.line_numbers)
+    monkeypatch.setattr(_trace_cache, "load", lambda key: dict(fields))
+    with pytest.raises(ParameterError, match="chat_template"):
+        load_trace(path, block_size=2, options=TraceOptions(chat_template="{role.upper}{content}"))

@@ -299,10 +299,7 @@ def _profile_loader() -> Any:
             if self.check_event(yaml.AliasEvent):
                 mark = self.peek_event().start_mark
                 raise yaml.composer.ComposerError(
-                    None,
-                    None,
-                    f"YAML aliases (*name) are not allowed in a profile (line {mark.line + 1})",
-                    mark,
+                    None, None, "YAML aliases (*name) are not allowed in a profile", mark
                 )
             return super().compose_node(parent, index)
 

@@ -203,6 +203,10 @@ def load_derived(
         block_size = None
     if opts.chain and fmt != "mooncake":
         raise ParameterError("chain", True, f"only for mooncake traces; {fmt} traces are chained")
+    if fmt == "chat":  # before the cache: a trace parsed with a template now refused is not read
+        from .chat import template_parts
+
+        template_parts(opts.chat_template)
     tokenizer_sha = None
     if fmt == "chat" and opts.tokenizer != "bytes":
         from .chat import tokenizer_file_sha
