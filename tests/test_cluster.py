@@ -404,7 +404,7 @@ def test_refusals() -> None:
     with pytest.raises(ParameterError, match="overlap_weight=-1"):
         make_router("kv_aware", overlap_weight=-1)
     with pytest.raises(ParameterError, match="seed"):
-        make_router("random", seed=-1)
+        make_router("random", seed=1.5)  # any integer is a seed (modulo 2**64), not a fraction
     for router in ("least_loaded", "kv_aware"):
         with pytest.raises(ParameterError, match="needs the load model"):
             run(trace, 2, router, load=None)

@@ -25,7 +25,7 @@ import numpy as np
 from ._exact import HitTotals
 from .errors import ParameterError
 from .policies import PolicyParams, get_policy
-from .policies.base import check_int
+from .policies.base import check_int, check_state_fits
 from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
@@ -144,6 +144,8 @@ def replay_params(
     names = spec.counter_names
     start = time.perf_counter()
     if engine == "kernel":
+        # the kernel's state for this trace, refused before it is allocated if it cannot fit
+        check_state_fits(params, trace.n_blocks, trace.n_accesses)
         cnt = np.zeros(len(names), np.int64)
         hit_tokens, final = spec.kernel(
             trace.block_ids,

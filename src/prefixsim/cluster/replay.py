@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from .._exact import HitTotals
+from .._memory import check_fits
 from ..errors import ParameterError
 from ..hardware import HardwareProfile
 from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
-from ..policies.base import ReferencePolicy, check_int
+from ..policies.base import ReferencePolicy, check_int, check_state_fits
 from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, make_params
 from ..trace import Trace, load_trace
 from .kernel import CLUSTER_KERNELS
@@ -191,17 +192,21 @@ def replay_cluster(
     )
 
 
-def replay_cluster_params(
-    trace: Trace,
+def check_cluster(
     params: PolicyParams,
     block_size: int,
     instances: int,
     router: RouterParams,
     load: LoadModel | None,
+    trace: Trace | None = None,
     *,
     engine: Engine = "kernel",
-) -> ClusterResult:
-    """Replay with already validated parameters (what the sweep calls for a cluster point)."""
+) -> tuple[int, int]:
+    """Every check of a cluster point before its replay (what the sweep's planning can call per
+    point, with or without the trace): ``(block_size, instances)`` normalised, or the
+    :class:`ParameterError` (:class:`TraceError`) naming the key (the line). Memory: the
+    router's state (the session ring) and, for the routers whose kernel holds every instance's
+    cache, ``instances`` copies of the policy's state, refused before anything is allocated."""
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     instances = check_int("instances", instances, 1, MAX_INSTANCES)
     spec = get_router(router.router)
@@ -218,8 +223,36 @@ def replay_cluster_params(
         )
     if engine not in ENGINES:
         raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
-    if load is not None:
+    key = router.state_key
+    check_fits(
+        key,
+        instances if key == "instances" else getattr(router, key),
+        router.state_bytes(instances),
+        f"the {router.router} router's state for {instances} instances",
+    )
+    copies = instances if spec.assign is None else 1  # one sub-trace at a time otherwise
+    n_blocks, n_accesses = (0, 0) if trace is None else (trace.n_blocks, trace.n_accesses)
+    check_state_fits(params, n_blocks, n_accesses, copies=copies)
+    if load is not None and trace is not None:
         load.check_trace(trace.input_lengths, block_size)
+    return block_size, instances
+
+
+def replay_cluster_params(
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    instances: int,
+    router: RouterParams,
+    load: LoadModel | None,
+    *,
+    engine: Engine = "kernel",
+) -> ClusterResult:
+    """Replay with already validated parameters (what the sweep calls for a cluster point)."""
+    block_size, instances = check_cluster(
+        params, block_size, instances, router, load, trace, engine=engine
+    )
+    spec = get_router(router.router)
     start = time.perf_counter()
     if engine == "reference":
         raw = reference_cluster(trace, params, block_size, instances, router, load)

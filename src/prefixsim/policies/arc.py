@@ -326,6 +326,11 @@ def _kernel_args(p: ARCParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: ARCParams, n_blocks: int, n_accesses: int) -> int:
+    """``where`` (int8) and ``link`` (two int32) per block."""
+    return 9 * n_blocks
+
+
 SPEC = register(
     PolicySpec(
         name="ARC",
@@ -333,5 +338,6 @@ SPEC = register(
         reference=ARCReference,
         kernel=arc_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

@@ -44,6 +44,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._exact import INT64_MAX
+from .._memory import check_fits
 from ..errors import ParameterError
 
 COMMON_COUNTERS: tuple[str, ...] = ("block_hits", "evictions")
@@ -67,14 +69,19 @@ def check_int(name: str, value: object, minimum: int, maximum: int | None = None
 
 
 def _check_capacity(capacity: object) -> tuple[int]:
-    return (check_int("capacity", capacity, 1),)
+    value = check_int("capacity", capacity, 1)
+    if value > INT64_MAX:  # the kernels' integers are int64
+        raise ParameterError("capacity", capacity, "past int64: at most 2**63 - 1 blocks")
+    return (value,)
 
 
 def _check_capacities(capacities: Sequence[Any]) -> list[int] | None:
     """:func:`_check_capacity` over many values at once, by C-level passes, for the common
-    case where every value is a plain ``int`` >= 1 (each passes unchanged); None otherwise (then
-    check them one by one)."""
-    if not capacities or set(map(type, capacities)) != {int} or min(capacities) < 1:
+    case where every value is a plain ``int`` in ``[1, 2**63 - 1]`` (each passes unchanged);
+    None otherwise (then check them one by one)."""
+    if not capacities or set(map(type, capacities)) != {int}:
+        return None
+    if min(capacities) < 1 or max(capacities) > INT64_MAX:
         return None
     return list(capacities)
 
@@ -112,6 +119,7 @@ class PolicyParams:
             normalised = check(*(getattr(self, n) for n in names))
             for name, value in zip(names, normalised, strict=True):
                 object.__setattr__(self, name, value)
+        check_state_fits(self)
 
     @classmethod
     def unchecked(cls, values: dict[str, Any]) -> PolicyParams:
@@ -244,6 +252,22 @@ def zeroed_state(n: int, dtype: type[np.integer[Any]] | type[np.bool_]) -> np.nd
     return state
 
 
+DEFAULT_BYTES_PER_BLOCK = 64
+DEFAULT_BYTES_PER_SLOT = 32
+DEFAULT_BYTES_PER_ACCESS = 16
+"""The working memory assumed of a policy whose spec gives no ``state_bytes``: more per
+distinct block, per capacity slot and per access than any built-in kernel uses (at most 34,
+16 and 8 bytes), so a new policy is refused too early rather than too late."""
+
+
+def default_state_bytes(params: Any, n_blocks: int, n_accesses: int) -> int:
+    return (
+        DEFAULT_BYTES_PER_BLOCK * n_blocks
+        + DEFAULT_BYTES_PER_SLOT * params.capacity
+        + DEFAULT_BYTES_PER_ACCESS * n_accesses
+    )
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """Everything the replay needs to know about one policy."""
@@ -257,6 +281,15 @@ class PolicySpec:
     kernel_state: Callable[[Any, int], tuple[np.ndarray, ...]] | None = None
     """``kernel_state(params, n_blocks)``: fresh working arrays for one kernel call, passed after
     ``kernel_args`` (see the module docstring); None when the kernel allocates its own."""
+    state_bytes: Callable[[Any, int, int], int] | None = None
+    """``state_bytes(params, n_blocks, n_accesses)``: an upper bound of the bytes one kernel call
+    allocates (its ``kernel_state`` and its own arrays, not the trace's) for a trace of
+    ``n_blocks`` distinct blocks and ``n_accesses`` block accesses; ``(params, 0, 0)`` is what
+    the capacity alone costs. It must not decrease when the capacity grows (a grid checks a
+    column's largest capacity first). None: :func:`default_state_bytes`, which assumes more
+    than any built-in kernel uses. Whoever changes a kernel's allocations updates it: a
+    capacity whose state cannot fit in memory is refused with it before anything is
+    allocated (:func:`check_state_fits`)."""
 
     def kernel_inputs(self, params: Any, n_blocks: int) -> tuple[Any, ...]:
         """The kernel's arguments after the first six: ``kernel_args`` then a fresh
@@ -269,6 +302,11 @@ class PolicySpec:
     def counter_names(self) -> tuple[str, ...]:
         return self.reference.counter_names
 
+    def working_bytes(self, params: Any, n_blocks: int = 0, n_accesses: int = 0) -> int:
+        """:attr:`state_bytes` (or its default) for this trace size."""
+        state_bytes = self.state_bytes or default_state_bytes
+        return int(state_bytes(params, n_blocks, n_accesses))
+
 
 _REGISTRY: dict[str, PolicySpec] = {}
 
@@ -280,6 +318,28 @@ def register(spec: PolicySpec) -> PolicySpec:
         raise ValueError(f"{spec.params_type.__name__}.policy must be {spec.name!r}")
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def check_state_fits(
+    params: PolicyParams, n_blocks: int = 0, n_accesses: int = 0, copies: int = 1
+) -> None:
+    """Refuse ``params`` (naming ``capacity``) when ``copies`` kernel states for a trace of
+    ``n_blocks`` distinct blocks and ``n_accesses`` accesses cannot fit in this machine's memory
+    (:mod:`prefixsim._memory`). Construction runs it with an empty trace, so a capacity whose
+    state alone cannot fit is refused wherever parameters are made (the CLI, the API, the
+    sweep's planning); :func:`prefixsim.replay.replay_params` runs it with the trace."""
+    spec = _REGISTRY.get(params.policy)
+    if spec is None:  # a Params class of a policy not registered (yet)
+        return
+    needed = copies * spec.working_bytes(params, n_blocks, n_accesses)
+    trace = f" and a trace of {n_blocks} distinct blocks" if n_blocks else ""
+    check_fits(
+        "capacity",
+        params.capacity,
+        needed,
+        f"{params.policy}'s state for {params.capacity} blocks{trace}"
+        + (f", {copies} times," if copies > 1 else ""),
+    )
 
 
 def policy_names() -> tuple[str, ...]:

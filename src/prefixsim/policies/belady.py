@@ -228,6 +228,18 @@ def _kernel_args(p: BeladyParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: BeladyParams, n_blocks: int, n_accesses: int) -> int:
+    """``next_use`` (int64 per access), ``seen`` and ``resident`` (9 bytes per block), the ring
+    of dead blocks (int32, ``min(capacity, n_blocks) + 1``) and the heap
+    (``min(2 * capacity + 2, n_accesses + 1)`` int64)."""
+    return (
+        8 * n_accesses
+        + 9 * n_blocks
+        + 4 * (min(p.capacity, n_blocks) + 1)
+        + 8 * min(2 * p.capacity + 2, n_accesses + 1)
+    )
+
+
 SPEC = register(
     PolicySpec(
         name="BELADY",
@@ -235,5 +247,6 @@ SPEC = register(
         reference=BeladyReference,
         kernel=belady_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

@@ -155,6 +155,11 @@ def _kernel_args(p: CLOCKParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: CLOCKParams, n_blocks: int, n_accesses: int) -> int:
+    """``slot_of`` (int32 per block), ``slots`` and ``bit`` (int32 and uint8 per slot)."""
+    return 4 * n_blocks + 5 * p.capacity
+
+
 SPEC = register(
     PolicySpec(
         name="CLOCK",
@@ -162,5 +167,6 @@ SPEC = register(
         reference=CLOCKReference,
         kernel=clock_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

@@ -117,6 +117,11 @@ def _kernel_args(p: FIFOParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: FIFOParams, n_blocks: int, n_accesses: int) -> int:
+    """``resident`` (bool per block) and the ring (int32 per slot)."""
+    return n_blocks + 4 * p.capacity
+
+
 SPEC = register(
     PolicySpec(
         name="FIFO",
@@ -124,5 +129,6 @@ SPEC = register(
         reference=FIFOReference,
         kernel=fifo_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

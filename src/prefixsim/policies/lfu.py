@@ -193,6 +193,12 @@ def _kernel_args(p: LFUParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: LFUParams, n_blocks: int, n_accesses: int) -> int:
+    """``count`` and ``link`` (three int32) per block, and the buckets (two int32 per count
+    up to the most accesses of a block, at most ``n_accesses``)."""
+    return 12 * n_blocks + 8 * (n_accesses + 2)
+
+
 SPEC = register(
     PolicySpec(
         name="LFU",
@@ -200,5 +206,6 @@ SPEC = register(
         reference=LFUReference,
         kernel=lfu_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

@@ -178,6 +178,11 @@ def _kernel_args(p: LRUParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: LRUParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`_kernel_state`: ``link``, two int64 at most per block."""
+    return 16 * n_blocks
+
+
 SPEC = register(
     PolicySpec(
         name="LRU",
@@ -186,5 +191,6 @@ SPEC = register(
         kernel=lru_kernel,
         kernel_args=_kernel_args,
         kernel_state=_kernel_state,
+        state_bytes=_state_bytes,
     )
 )

@@ -375,6 +375,12 @@ def _kernel_args(p: LRULeafParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: LRULeafParams, n_blocks: int, n_accesses: int) -> int:
+    """30 bytes per block (two bools, six int32, one int64) and the heap of
+    ``min(2 * capacity + 2, n_accesses + 1)`` int64."""
+    return 30 * n_blocks + 8 * min(2 * p.capacity + 2, n_accesses + 1)
+
+
 SPEC = register(
     PolicySpec(
         name="LRU_LEAF",
@@ -382,5 +388,6 @@ SPEC = register(
         reference=LRULeafReference,
         kernel=lru_leaf_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

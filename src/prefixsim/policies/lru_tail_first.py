@@ -208,6 +208,11 @@ def _kernel_args(p: LRUTailFirstParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: LRUTailFirstParams, n_blocks: int, n_accesses: int) -> int:
+    """``resident``, ``stamp``, ``prev`` and ``nxt`` per block (17 bytes)."""
+    return 17 * n_blocks
+
+
 SPEC = register(
     PolicySpec(
         name="LRU_TAIL_FIRST",
@@ -215,5 +220,6 @@ SPEC = register(
         reference=LRUTailFirstReference,
         kernel=lru_tail_first_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

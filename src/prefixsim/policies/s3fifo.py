@@ -424,6 +424,12 @@ def _kernel_state(p: S3FIFOParams, n_blocks: int) -> tuple[np.ndarray, np.ndarra
     return st, ring
 
 
+def _state_bytes(p: S3FIFOParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`_kernel_state`: ``st`` (int64 at most per block) and the rings (int32 per slot of
+    S, M and twice G)."""
+    return 8 * n_blocks + 4 * (p.capacity + 2 * p.ghost_cap)
+
+
 SPEC = register(
     PolicySpec(
         name="S3FIFO",
@@ -432,5 +438,6 @@ SPEC = register(
         kernel=s3fifo_kernel,
         kernel_args=_kernel_args,
         kernel_state=_kernel_state,
+        state_bytes=_state_bytes,
     )
 )

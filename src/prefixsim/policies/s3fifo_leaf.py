@@ -327,6 +327,12 @@ def _kernel_args(p: S3FIFOLeafParams) -> tuple[int, int, int, int]:
     return (p.small_cap, p.main_cap, p.max_freq, p.ghost_freq)
 
 
+def _state_bytes(p: S3FIFOLeafParams, n_blocks: int, n_accesses: int) -> int:
+    """``where``, ``freq``, ``parent``, ``children`` and ``g_link`` per block (21 bytes), the S
+    and M rings (int32 per slot)."""
+    return 21 * n_blocks + 4 * p.capacity
+
+
 SPEC = register(
     PolicySpec(
         name="S3FIFO_LEAF",
@@ -334,5 +340,6 @@ SPEC = register(
         reference=S3FIFOLeafReference,
         kernel=s3fifo_leaf_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )

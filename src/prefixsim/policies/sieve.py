@@ -221,6 +221,11 @@ def _kernel_args(p: SIEVEParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: SIEVEParams, n_blocks: int, n_accesses: int) -> int:
+    """``node``: three int32 per block."""
+    return 12 * n_blocks
+
+
 SPEC = register(
     PolicySpec(
         name="SIEVE",
@@ -228,5 +233,6 @@ SPEC = register(
         reference=SIEVEReference,
         kernel=sieve_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )
