@@ -125,3 +125,20 @@ def test_engines_always_compute_the_last_token() -> None:
     n = trace.input_lengths
     assert prefill_flops(TOY_MLA, n, spec)[1] == 0
     assert prefill_flops(TOY_MLA, n, vllm)[1] == 8000 + 2080 + 768
+
+
+def test_up_projection_past_int64_names_its_largest_factor() -> None:
+    """Each of the up-projection's factors fits int64 and the product 2 * 2**20 * 2**20 * 2**20
+    * (2**4 + 2**20) does not (about 2**82): refused at the profile, naming the largest factor
+    (kv_lora_rank, 2**21, one above the others), not later as an overflow in the cost model."""
+    with pytest.raises(ParameterError, match=r"model\.kv_lora_rank.*up-projection.*int64"):
+        dataclasses.replace(
+            TOY_MLA,
+            layers=2**20,
+            attention_heads=2**20,
+            kv_heads=1,
+            head_dim=2**20 + 2**4,
+            v_head_dim=2**4,
+            kv_lora_rank=2**21,
+            qk_rope_head_dim=2**4,
+        )
