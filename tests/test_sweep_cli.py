@@ -93,8 +93,8 @@ def test_help_and_cfg_job(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "status", "needles"),
     [
-        (["capcity=5"], 1, ["capcity"]),
-        (["capacity=abc"], 1, ["capacity", "could not be converted to Integer"]),
+        (["capcity=5"], 2, ["capcity", "did you mean capacity?"]),
+        (["capacity=abc"], 2, ["capacity=abc: 'abc' is not an integer"]),
         (["capacity=0"], 2, ["invalid capacity=0", "expected an integer >= 1"]),
         (["policy=S3FIFO", "capacity=1"], 2, ["small_ratio", "leaves S empty"]),
         (["executor=loky,dask"], 2, ["only the grid keys"]),

@@ -265,13 +265,14 @@ def compose_config(*typed: str):  # type: ignore[no-untyped-def]
 
 
 def test_a_long_range_reaches_hydra_as_one_interpolation() -> None:
-    from sweep.argv import rewrite_override
+    from sweep.argv import ArgvError, rewrite_override
 
     assert rewrite_override("capacity=range(1,100001)") == "capacity=${sweep_range:1,100001,1}"
     # short ranges, shuffled ones and float ranges on integer keys stay lists, as typed
     assert rewrite_override("capacity=range(1,5)") == "capacity=[1,2,3,4]"
     assert rewrite_override("capacity=shuffle(range(1,3))").startswith("capacity=[")
-    assert rewrite_override("capacity=range(0.5,2000.5,1.0)").startswith("capacity=[")
+    with pytest.raises(ArgvError, match=r"0\.5 is not an integer; capacity takes integers"):
+        rewrite_override("capacity=range(0.5,2000.5,1.0)")  # refused naming the key's type
 
 
 def test_a_compact_range_expands_to_the_typed_values() -> None:
