@@ -211,6 +211,29 @@ def test_out_dir_in_the_way_of_a_file(
     assert blocker.read_text() == "a file"
 
 
+def test_out_dir_inside_a_symlink_loop_is_one_line(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    # issue 22: the right line, then a chained traceback of the clean-up, exit 1
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for out in (tmp_path / "a", tmp_path / "a" / "run"):
+        done = sweep_cli(tmp_path, f"trace={small_trace}", "policy=LRU", f"out_dir={out}")
+        assert_one_error_line(done, f"out_dir={str(out)!r}", "symbolic links")
+
+
+@pytest.mark.parametrize("blocked", ["config.yaml", "manifest.json"])
+def test_a_directory_in_the_way_of_a_file_names_the_file_not_its_temporary(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    blocked: str,
+) -> None:
+    # issue 22: the message named the writer's temporary file ('.config.yaml.kxabgifd.tmp')
+    out = tmp_path / "out"
+    (out / blocked).mkdir(parents=True)
+    done = sweep_cli(tmp_path, f"trace={small_trace}", "policy=LRU", f"out_dir={out}")
+    assert_one_error_line(done, f"cannot write {out / blocked}: Is a directory")
+    assert ".tmp" not in done.stderr
+
+
 def test_full_disk_on_the_command_line(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
     prelude = (
         "import errno, os\n"

@@ -42,8 +42,11 @@ def _error(message: str) -> None:
 def _remove_if_fresh_and_empty(path: Path, since: float) -> None:
     """Hydra creates the run directory (and its parents) before the task runs; do not leave
     empty ones behind when the configuration is rejected."""
-    stop = Path.cwd().resolve()
-    path = path.resolve()
+    try:
+        stop = Path.cwd().resolve()
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop: there is nothing we made there
+        return
     while path != stop and stop in path.parents:
         try:
             if any(path.iterdir()) or path.stat().st_mtime < since - 1:
