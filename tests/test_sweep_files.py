@@ -126,7 +126,8 @@ def test_per_request_rows_streamed_as_points_finish_are_the_merged_file(
         real = prefixsim.replay_params
 
         def flaky(trace, params, block_size, **kw):  # type: ignore[no-untyped-def]
-            if params.policy == "S3FIFO" and params.capacity == 64 and block_size == 512:
+            failing_point = params.policy == "S3FIFO" and params.capacity == 64
+            if failing_point and block_size == 512 and trace.n_requests > 1:  # not in planning
                 raise MemoryError("simulated")
             return real(trace, params, block_size, **kw)
 

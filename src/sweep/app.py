@@ -27,6 +27,7 @@ from .backends import (
 )
 from .config import Backend, SweepConfig
 from .costing import CostSetup, cost_setup
+from .engine_checks import check_with_engine
 from .grid import Point, assign_points, plan_grid, unused_parameters
 from .inputs import checked_config, load_traces
 from .parts import part_table
@@ -105,6 +106,9 @@ def run_sweep(
     t = time.perf_counter()
     shas, traces = load_traces(cfg.trace, cfg.block_size, cfg.trace_options())
     timings["load_traces_seconds"] = time.perf_counter() - t
+    t = time.perf_counter()
+    check_with_engine(grid, shas, traces, cost_setup(cfg))  # before the run directory
+    timings["engine_check_seconds"] = time.perf_counter() - t
 
     run_dir = RunDir(cfg.out_dir)
     run_dir.lock()
