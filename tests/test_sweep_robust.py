@@ -436,6 +436,17 @@ def test_ctrl_c_while_workers_start_prints_no_worker_traceback(
     assert manifest(out)["status"] == "interrupted"
 
 
+def test_dask_missing_is_refused_before_the_run_folder(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    # issue 21: executor=dask without dask left an empty failed run folder
+    prelude = "import sys\nsys.modules['distributed'] = None\nsys.modules['dask'] = None\n"
+    out = tmp_path / "out"
+    done = sweep_cli(
+        tmp_path, f"trace={small_trace}", "executor=dask", f"out_dir={out}", prelude=prelude
+    )
+    assert_one_error_line(done, "executor=dask needs the dask and distributed packages")
+    assert not out.exists()
+
+
 def test_an_unreachable_dask_scheduler_is_one_line(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     out = tmp_path / "out"
