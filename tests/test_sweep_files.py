@@ -178,6 +178,7 @@ def test_inputs_written_while_replaying_or_after_an_interrupt_are_the_same_bytes
         raise KeyboardInterrupt
 
     monkeypatch.setattr(app, "_while_replaying", stopped)
+    (tmp_path / "out").mkdir()  # not this run's: kept though nothing finished (sweep.lifecycle)
     first = run_sweep(cfg("out"))
     assert first.interrupted and first.computed == 0
     out = tmp_path / "out"

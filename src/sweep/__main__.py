@@ -132,6 +132,19 @@ def _no_mode_probe() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sweep ARGS``; returns the exit status. Ctrl-C at any moment is one line
+    and status 130 (a run that made its folder says what it kept and how to resume)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as err:
+        # nothing imported here: an interrupt may have cut an import short (a second import
+        # of a half-initialised module fails with a traceback of its own)
+        if type(err).__name__ != "SweepInterrupted":  # that one's log said what was kept
+            _error("interrupted before the run folder was made: nothing written")
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from .argv import ArgvError, rewrite_argv
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -174,10 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _HydraRejected as err:
         _error(str(err))
         return 2
-    except KeyboardInterrupt:
-        # outside the replays (e.g. while writing): finished batches are in the part files
-        _error("interrupted; run the same command again to resume")
-        return 130
     finally:
         sys.argv = saved
     return status["code"]

@@ -17,6 +17,7 @@ from typing import Any
 import prefixsim
 from prefixsim import Trace
 
+from . import lifecycle
 from . import manifest as env
 from .backends import (
     dask_client,
@@ -111,10 +112,13 @@ def run_sweep(
     timings["engine_check_seconds"] = time.perf_counter() - t
 
     run_dir = RunDir(cfg.out_dir)
+    claim = lifecycle.Claim.before(run_dir.path)
     run_dir.lock()
+    summary: SweepSummary | None = None
+    interrupted = True  # until the run says otherwise: an interrupt may escape any step
     try:
         with file_log(run_dir.log), sigterm_as_interrupt():
-            return _run_locked(
+            summary = _run_locked(
                 cfg,
                 run_dir,
                 grid_points=grid,
@@ -128,9 +132,18 @@ def run_sweep(
                 t_start=t_start,
                 timings=timings,
             )
+            interrupted = summary.interrupted
+            return summary
+    except KeyboardInterrupt:
+        raise lifecycle.SweepInterrupted from None  # said by lifecycle.leave, below
+    except BaseException:
+        interrupted = False
+        raise
     finally:
         run_dir.unlock()
         clear_local_traces()
+        with signals_deferred():
+            lifecycle.leave(run_dir, claim, interrupted, summary, command)
 
 
 @dataclass
@@ -495,16 +508,14 @@ def _merge_parts(run: _Run) -> None:
             run.write_error = err
         summary.computed = len(run.written)
         summary.rows = run.run_dir.rows_in_results()
-    if summary.interrupted:
-        log.warning(
-            "interrupted: %d points finished and kept; run the same command again to compute "
-            "the %d missing",
-            summary.computed,
-            len(run.todo) - summary.computed,
-        )
     run.timings["write_seconds"] = time.perf_counter() - t
     summary.seconds = time.perf_counter() - run.t_start
     run.timings["total_seconds"] = summary.seconds
+
+
+def _again(run: _Run) -> str:
+    """The command that resumes ``run`` (into its folder, not a new dated one)."""
+    return lifecycle.resume_command(run.command, run.run_dir.path)
 
 
 def _finish(run: _Run) -> None:
@@ -533,8 +544,7 @@ def _finish(run: _Run) -> None:
     if run.error is not None:
         raise StoreError(
             f"{run.error}; {summary.computed} point(s) finished and kept, {len(run.todo)} "
-            "planned; make room or choose another out_dir, then run the same command again to "
-            "finish"
+            f"planned; make room or choose another out_dir, then to finish: {_again(run)}"
         )
     if run.setup_error is not None:
         raise run.setup_error
@@ -546,12 +556,12 @@ def _report(run: _Run) -> SweepSummary:
     summary, run_dir = run.summary, run.run_dir
     if run.executor_error is not None:
         log.error(
-            "%s; %d point(s) finished and kept in %s, %d missing; run the same command again "
-            "to compute them",
+            "%s; %d point(s) finished and kept in %s, %d missing; to compute them: %s",
             run.executor_error,
             summary.computed,
             run_dir.results,
             len(run.todo) - summary.computed,
+            _again(run),
         )
         return summary
     per_request = f" and {run_dir.per_request}" if run_dir.per_request.exists() else ""
@@ -568,10 +578,11 @@ def _report(run: _Run) -> SweepSummary:
     )
     if summary.failures:
         log.error(
-            "%d point(s) failed (listed above and in %s); the others are written; run again to "
-            "retry them",
+            "%d point(s) failed (listed above and in %s); the others are written; to retry "
+            "them: %s",
             len(summary.failures),
             run_dir.manifest,
+            _again(run),
         )
     plot = run.cfg.plot
     if plot.enabled and summary.rows and not summary.interrupted:
