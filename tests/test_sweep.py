@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -561,3 +563,41 @@ def test_dask_local_cluster_matches_loky(tmp_path: Path, small_trace: Path) -> N
     assert manifest["executor"]["in_process"] is False
     pd.testing.assert_frame_equal(results(tmp_path / "dask"), results(tmp_path / "loky"))
     pd.testing.assert_frame_equal(per_request(tmp_path / "dask"), per_request(tmp_path / "loky"))
+
+
+def test_the_progress_bar_counts_from_the_first_replays(
+    tmp_path: Path, small_trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 21: the first estimate of the time left was 7x too long: the bar's clock ran
+    # through the warm-up (a first compile), the workers' start and the inputs' writing
+    import io
+
+    from tqdm import tqdm
+
+    import sweep.app as app
+
+    bars: list[Any] = []
+
+    def bar(total: int, enabled: bool) -> Any:
+        bars.append(tqdm(total=total, file=io.StringIO(), mininterval=0, miniters=1))
+        return bars[-1]
+
+    real_warm_up = app.warm_up
+
+    def slow_warm_up(*args: Any) -> Any:
+        time.sleep(1.0)  # a first compile
+        return real_warm_up(*args)
+
+    monkeypatch.setattr(app, "progress_bar", bar)
+    monkeypatch.setattr(app, "warm_up", slow_warm_up)
+    elapsed: list[float] = []
+    real_update = tqdm.update
+
+    def update(self: Any, n: int = 1) -> Any:
+        elapsed.append(self.format_dict["elapsed"])
+        return real_update(self, n)
+
+    monkeypatch.setattr(tqdm, "update", update)
+    cfg = config(tmp_path / "out", small_trace, policy=["LRU", "FIFO"], capacity=[16, 64, 256])
+    assert run_sweep(cfg).exit_code == 0
+    assert elapsed and elapsed[0] < 0.5, elapsed  # not the second of warm-up
