@@ -12,6 +12,7 @@ from typing import Any
 
 from .cost import capacity_from_size, cost_report
 from .errors import ParameterError, PrefixSimError
+from .first_use import noting
 from .formats.args import add_trace_arguments, options_from_args
 from .hardware import TIERS, hardware_names, load_hardware
 from .models import DTYPE_BYTES, load_model, model_names
@@ -211,6 +212,11 @@ def _add_cost(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with noting():  # a line on stderr while numba compiles the kernels (first use only)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         capacity, cache_bytes, model, hardware = _sizing(args)
         trace = load_trace(args.trace, block_size=args.block_size, options=options_from_args(args))
