@@ -14,9 +14,9 @@ setup-dev:  ## add what testing needs (the dev extra), unless it is installed al
 	@$(PYTHON) -c "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; import prefixsim" $(DEV_MODULES) 2>/dev/null \
 		|| $(PYTHON) -m pip install -e ".[dev]"
 
-run: setup  ## set up, compile the kernels once, then run the default sweep on the bundled trace
-	$(PYTHON) -m prefixsim warm-up
+run: setup  ## set up, run the default sweep on the bundled trace, then compile the other kernels once
 	$(PYTHON) -m sweep
+	$(PYTHON) -m prefixsim warm-up
 
 test: setup-dev  ## lint and type-check, then the whole test suite (what CI runs)
 	$(PYTHON) -m ruff check .

@@ -181,7 +181,8 @@ def _replay(policy: str, trace: Any) -> None:
 def _curve(trace: Any) -> None:
     from .lru_curve import ceiling, lru_curve
 
-    lru_curve(trace, [1, 2, 4, 8], 512)
+    curve = lru_curve(trace, [1, 2, 4, 8], 512)
+    curve.result(4)  # the per-request hits of one capacity
     ceiling(trace, 512)
 
 
@@ -245,12 +246,17 @@ def _run_steps(names: Sequence[str]) -> tuple[list[tuple[str, str | None]], list
     return out, notice.compiled
 
 
+def _ignore_ctrl_c() -> None:
+    """A worker of the warm-up: Ctrl-C is the parent's to handle (it stops the pool)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def warm_up(processes: int | None = None, stream: IO[str] | None = None) -> int:
     """Compile (or load) every kernel the public API uses, ahead of their first use, in
     ``processes`` processes (default: the cores, at most 4); returns the number of steps that
     failed (each said on ``stream``)."""
-    from concurrent.futures import ProcessPoolExecutor
-
     stream = stream or sys.stderr
     names = [name for name, _ in _steps()]
     workers = max(1, min(processes or os.cpu_count() or 1, 4, len(names)))
@@ -262,14 +268,20 @@ def warm_up(processes: int | None = None, stream: IO[str] | None = None) -> int:
         file=stream,
         flush=True,
     )
-    if workers == 1:
-        parts = [_run_steps(names)]
-    else:
-        import multiprocessing
+    try:
+        if workers == 1:
+            parts = [_run_steps(names)]
+        else:
+            import multiprocessing
 
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            parts = list(pool.map(_run_steps, shares))
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(workers, initializer=_ignore_ctrl_c) as pool:
+                parts = pool.map(_run_steps, shares)  # Ctrl-C: the pool is terminated
+    except KeyboardInterrupt:
+        print(
+            f"{PACKAGE}: warm-up: interrupted; the kernels compiled so far are cached", file=stream
+        )
+        return 130
     done = [r for steps, _ in parts for r in steps]
     compiled = [k for _, kernels in parts for k in kernels]
     failed = [(name, err) for name, err in done if err is not None]
@@ -293,4 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--processes", type=int, default=None, help="default: the cores, <= 4")
     args = parser.parse_args(argv)
-    return 1 if warm_up(args.processes) else 0
+    try:
+        return 1 if warm_up(args.processes) else 0
+    except KeyboardInterrupt:
+        print(f"{PACKAGE}: warm-up: interrupted; what compiled so far is cached", file=sys.stderr)
+        return 130
