@@ -133,6 +133,15 @@ def _first_bad(tp: Any, value: Any) -> tuple[Any, Any]:
     return value, tp
 
 
+@functools.lru_cache(maxsize=64)
+def _box(tp: Any) -> Any:
+    """A structured config of one field ``v`` of type ``tp`` (OmegaConf validates with it)."""
+    from omegaconf import OmegaConf
+
+    box = dataclasses.make_dataclass("Box", [("v", tp, dataclasses.field(default=MISSING))])
+    return OmegaConf.structured(box)
+
+
 def _problem(tp: Any, value: Any) -> str | None:
     """Why OmegaConf refuses ``value`` for a field of type ``tp`` (None: accepted). Booleans
     take booleans only: OmegaConf turns ``2`` and ``"yes"`` into true."""
@@ -146,19 +155,16 @@ def _problem(tp: Any, value: Any) -> str | None:
         return None if optional else "null is not allowed"
     if inner is bool and not isinstance(value, bool):
         return "expected true or false"
-    if typing.get_origin(inner) is list and isinstance(value, list):
-        (elem,) = typing.get_args(inner)
-        for v in value:
-            reason = _problem(elem, v)
-            if reason is not None:
-                return reason
-    box = dataclasses.make_dataclass("Box", [("v", tp, dataclasses.field(default=MISSING))])
     try:
-        OmegaConf.merge(OmegaConf.structured(box), {"v": value})
+        OmegaConf.merge(_box(tp), {"v": value})
     except OmegaConfBaseException as err:
         return str(getattr(err, "msg", err)).splitlines()[0]
     except (OverflowError, ValueError, TypeError) as err:  # 10**400 for a float
         return f"{type(err).__name__}: {err}"
+    if typing.get_origin(inner) is list and isinstance(value, list):
+        (elem,) = typing.get_args(inner)
+        if _strip_optional(elem)[0] is bool:  # what OmegaConf accepts but we do not
+            return next((r for v in value if (r := _problem(elem, v)) is not None), None)
     return None
 
 
