@@ -112,8 +112,9 @@ def test_every_file_a_command_reads_is_made_before() -> None:
 def test_every_block_runs_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shim = tmp_path / "bin"
     shim.mkdir()
-    for name in ("python", "python3"):
-        (shim / name).symlink_to(sys.executable)
+    for name in ("python", "python3"):  # a script, not a link: a venv's python finds its
+        (shim / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # pyvenv.cfg
+        (shim / name).chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "MPLBACKEND": "Agg"}
