@@ -250,7 +250,9 @@ def test_an_interrupted_dated_run_resumes_with_the_command_it_gives(
     proc = _start_slow(tmp_path, *args)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list(tmp_path.glob("outputs/*/*/.sweep/parts/*")):
+        while time.monotonic() < deadline and not list(
+            tmp_path.glob("outputs/*/*/.sweep/parts/*.arrow")
+        ):
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=TIMEOUT)

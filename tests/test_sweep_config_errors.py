@@ -71,6 +71,7 @@ def assert_refused(cli, cwd: Path, args: list[str], *needles: str) -> str:  # ty
         ("hardware.peak_flops.bf16=abc", "hardware.peak_flops.bf16=abc: expected a number"),
         ("tiers.hbm.capacity=abc", "'abc' is not an integer; tiers.hbm.capacity takes"),
         ("block_size=null", "block_size takes integers"),
+        ("plot=abc", "plot=abc: expected a mapping of its keys (enabled, formats"),
         ("capacity=range(1,10,0)", "range() needs a step other than 0"),
         ("small_ratio=range(0.1,0.5,0)", "range() needs a step other than 0"),
         ("out_dir=/tmp/ré", "quote the value: out_dir='/tmp/ré'"),
