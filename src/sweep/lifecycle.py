@@ -61,13 +61,24 @@ class Claim:
         return cls(path, first_new)
 
     def discard_if_nothing_kept(self, kept: bool) -> bool:
-        """Remove the folders this run created when ``kept`` is false (an interrupt before any
-        point finished); returns whether they were removed."""
-        if kept or self.first_new is None:
+        """Remove the run folder this run created when ``kept`` is false (an interrupt before
+        any point finished), and the folders above it it created, if they are empty (another
+        sweep may have put its own run folder there meanwhile); returns whether the run folder
+        was removed."""
+        if kept or self.first_new is None or not os.path.lexists(self.path):
             return False
         with contextlib.suppress(OSError):
-            shutil.rmtree(self.first_new)
-        return not os.path.lexists(self.first_new)
+            shutil.rmtree(self.path)
+        if os.path.lexists(self.path):
+            return False
+        for folder in self.path.parents:
+            if folder == self.first_new.parent:
+                break
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                break
+        return True
 
 
 def anything_kept(run_dir: RunDir) -> bool:
