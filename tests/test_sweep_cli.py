@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -159,6 +160,23 @@ def _start_slow(cwd: Path, *args: str, seconds: float = 0.05) -> subprocess.Pope
     )
 
 
+def signal_when(
+    proc: subprocess.Popen[str], ready: Callable[[], bool], how: int = signal.SIGINT
+) -> str:
+    """Send ``how`` to ``proc`` once ``ready()`` (or after a minute); its stderr."""
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.02)
+        proc.send_signal(how)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return stderr
+
+
 def resume_command_of(stderr: str) -> list[str]:
     """The command the interrupted run's last message gives (after ``to compute the N
     missing: ``), as arguments for this interpreter."""
@@ -168,16 +186,6 @@ def resume_command_of(stderr: str) -> list[str]:
     command = shlex.split(line.split("missing: ", 1)[1])
     assert command[:3] == ["python", "-m", "sweep"], line
     return [sys.executable, *command[1:]]
-
-
-def _wait_for_parts(out: Path, n: int, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    parts = out / ".sweep" / "parts"
-    while time.monotonic() < deadline and proc.poll() is None:
-        if parts.is_dir() and len(list(parts.glob("*.arrow"))) >= n:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no {n} part files in time (exit {proc.poll()})")
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
@@ -191,14 +199,7 @@ def test_killed_sweep_loses_no_finished_point(
     out = tmp_path / "out"
     args = [*grid, f"out_dir={out}", "executor.n_jobs=1", "executor.batch_size=1"]
     proc = _start_slow(tmp_path, *args)
-    try:
-        _wait_for_parts(out, 3, proc)
-        proc.send_signal(how)
-        _, stderr = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stderr = signal_when(proc, lambda: len(list((out / ".sweep/parts").glob("*.arrow"))) >= 3, how)
     if how == signal.SIGINT:
         assert proc.returncode == 130, stderr
         status = json.loads((out / "manifest.json").read_text())["status"]
@@ -248,18 +249,9 @@ def test_an_interrupted_dated_run_resumes_with_the_command_it_gives(
     args = [f"trace={small_trace}", "policy=LRU", f"capacity={capacities}"]
     args += ["executor.n_jobs=1", "executor.batch_size=1"]
     proc = _start_slow(tmp_path, *args)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list(
-            tmp_path.glob("outputs/*/*/.sweep/parts/*.arrow")
-        ):
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stderr = signal_when(
+        proc, lambda: bool(list(tmp_path.glob("outputs/*/*/.sweep/parts/*.arrow")))
+    )
     assert proc.returncode == 130, stderr
     (run_dir,) = (p for p in tmp_path.glob("outputs/*/*") if p.parent.name != "latest")
     command = resume_command_of(stderr)
@@ -294,16 +286,7 @@ def test_interrupted_before_any_point_finished_leaves_no_folder(
 ) -> None:
     # issue 21: such runs left empty "interrupted" folders behind
     proc = _start_slow(tmp_path, f"trace={small_trace}", "policy=LRU", "capacity=16", seconds=30)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list(tmp_path.glob("outputs/*/*/manifest.json")):
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stderr = signal_when(proc, lambda: bool(list(tmp_path.glob("outputs/*/*/manifest.json"))))
     assert proc.returncode == 130, stderr
     assert "nothing kept, no run folder left" in stderr
     assert "Traceback" not in stderr

@@ -179,18 +179,12 @@ def check_profile_overrides(argv: Sequence[str], conf_dir: Path) -> None:
     own, longer message. Profiles are searched where Hydra searches them: the bundled ones,
     ``conf_dir/KIND/`` and every ``--config-dir``. With ``--config-path`` or a
     ``hydra.searchpath`` override the check is left to Hydra."""
-    dirs = [conf_dir]
-    args = list(argv)
-    for i, token in enumerate(args):
-        if token in ("--config-dir", "-cd") and i + 1 < len(args):
-            dirs.append(Path(args[i + 1]))
-        elif token.startswith("--config-dir="):
-            dirs.append(Path(token.partition("=")[2]))
-        elif token in ("--config-path", "-cp") or token.startswith(
-            ("--config-path=", "hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")
-        ):
-            return
-    for token in args:
+    from .overrides import config_dirs
+
+    dirs = config_dirs(argv, conf_dir)
+    if dirs is None:
+        return
+    for token in argv:
         key, sep, value = token.partition("=")
         if not sep or key not in ("model", "hardware") or value in ("", "null"):
             continue

@@ -202,9 +202,11 @@ def config_groups(argv: Sequence[str]) -> tuple[str, ...]:
     return _config_groups(tuple(argv))
 
 
-@functools.lru_cache(maxsize=8)
-def _config_groups(argv: tuple[str, ...]) -> tuple[str, ...]:
-    dirs = [Path(__file__).resolve().parent / "conf"]
+def config_dirs(argv: Sequence[str], conf_dir: Path) -> list[Path] | None:
+    """The folders Hydra searches for config groups with ``argv``: ``conf_dir`` and every
+    ``--config-dir``; None when a search path we do not read is given (``--config-path``, a
+    ``hydra.searchpath`` override)."""
+    dirs = [conf_dir]
     args = list(argv)
     for i, token in enumerate(args):
         if token in ("--config-dir", "-cd") and i + 1 < len(args):
@@ -214,10 +216,17 @@ def _config_groups(argv: tuple[str, ...]) -> tuple[str, ...]:
         elif token in ("--config-path", "-cp") or token.lstrip("+").startswith(
             ("--config-path=", "hydra.searchpath")
         ):
-            dirs.append(Path(ANY_GROUP))
+            return None
+    return dirs
+
+
+@functools.lru_cache(maxsize=8)
+def _config_groups(argv: tuple[str, ...]) -> tuple[str, ...]:
+    dirs = config_dirs(argv, Path(__file__).resolve().parent / "conf")
     groups = dict.fromkeys(DEFAULTS_GROUPS)
-    if Path(ANY_GROUP) in dirs:
+    if dirs is None:
         groups[ANY_GROUP] = None
+        dirs = [Path(__file__).resolve().parent / "conf"]
     for d in dirs:
         with contextlib.suppress(OSError):
             groups.update(dict.fromkeys(p.name for p in sorted(d.iterdir()) if p.is_dir()))
