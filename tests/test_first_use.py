@@ -95,3 +95,17 @@ def test_warm_up_is_a_command_of_python_m_prefixsim() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "python -m prefixsim warm-up" in done.stdout
+
+
+def test_a_step_the_engine_refuses_is_skipped_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a policy registered without a compiled kernel: the engine refuses it, nothing to warm
+    import prefixsim
+
+    def refused(policy: str, trace: object) -> None:
+        raise prefixsim.ParameterError("policy", policy, "has no compiled kernel yet")
+
+    steps = [("NOKERNEL", lambda trace: refused("NOKERNEL", trace))]
+    monkeypatch.setattr(first_use, "_steps", lambda: steps)
+    stream = io.StringIO()
+    assert first_use.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
+    assert "(NOKERNEL: no kernel to compile)" in stream.getvalue()

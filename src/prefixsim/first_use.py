@@ -29,7 +29,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .errors import ParameterError
+
 PACKAGE = __name__.partition(".")[0]
+SKIPPED = "skipped"
+"""A warm-up step the engine refuses (a policy without a compiled kernel): nothing to warm."""
 
 
 @dataclass
@@ -239,6 +243,8 @@ def _run_steps(names: Sequence[str]) -> tuple[list[tuple[str, str | None]], list
         for name in names:
             try:
                 wanted[name](trace)
+            except ParameterError:  # the engine does not run this (no kernel): nothing to warm
+                out.append((name, SKIPPED))
             except Exception as err:  # a bug: said, and the other steps go on
                 out.append((name, f"{type(err).__name__}: {err}"))
             else:
@@ -284,11 +290,13 @@ def warm_up(processes: int | None = None, stream: IO[str] | None = None) -> int:
         return 130
     done = [r for steps, _ in parts for r in steps]
     compiled = [k for _, kernels in parts for k in kernels]
-    failed = [(name, err) for name, err in done if err is not None]
+    skipped = [name for name, err in done if err is SKIPPED]
+    failed = [(name, err) for name, err in done if err is not None and err is not SKIPPED]
     for name, err in failed:
         print(f"{PACKAGE}: warm-up: {name} failed: {err}", file=stream)
+    none = f" ({', '.join(skipped)}: no kernel to compile)" if skipped else ""
     print(
-        f"{PACKAGE}: warm-up: {len(done) - len(failed)} of {len(done)} steps ready, "
+        f"{PACKAGE}: warm-up: {len(done) - len(failed)} of {len(done)} steps ready{none}, "
         f"{len(compiled)} kernel(s) compiled, in {time.perf_counter() - t0:.1f} s",
         file=stream,
     )
