@@ -668,7 +668,6 @@ def test_unchanged_inputs_are_not_redrawn(tmp_path: Path) -> None:
         ("plot=true", "plot.enabled=true"),
         ("plot.enabled=false", "plot.enabled=false"),
         ("plot.formats=[png,pdf]", "plot.formats=[png,pdf]"),
-        ("plot=abc", "plot=abc"),  # not a bool: Hydra rejects it, naming the key
     ],
 )
 def test_plot_false_is_plot_enabled_false(typed: str, expected: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from ._output import check_output_path, write_text
 from .cost import capacity_from_size, check_cost, cost_report
 from .errors import ParameterError, PrefixSimError
+from .first_use import noting
 from .formats.args import add_trace_arguments, options_from_args
 from .hardware import TIERS, hardware_names, load_hardware
 from .models import DTYPE_BYTES, load_model, model_names
@@ -194,6 +195,11 @@ def _add_cost(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with noting():  # a line on stderr while numba compiles the kernels (first use only)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.output:  # refused before any work: a named pipe, a device, a directory
             check_output_path(args.output)

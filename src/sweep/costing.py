@@ -183,19 +183,14 @@ def check_profile_overrides(argv: Sequence[str], conf_dir: Path) -> None:
     profile lists the known ones. Profiles are searched where Hydra searches them, in its
     order: the ``--config-dir``, ``conf_dir/KIND/``, then the bundled ones. With
     ``--config-path`` or a ``hydra.searchpath`` override the check is left to Hydra."""
-    dirs: list[Path] = []
-    args = list(argv)
-    for i, token in enumerate(args):
-        if token in ("--config-dir", "-cd") and i + 1 < len(args):
-            dirs.insert(0, Path(args[i + 1]))  # the last one given is the one Hydra uses
-        elif token.startswith("--config-dir="):
-            dirs.insert(0, Path(token.partition("=")[2]))
-        elif token in ("--config-path", "-cp") or token.startswith(
-            ("--config-path=", "hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")
-        ):
-            return
-    dirs.append(conf_dir)
-    for token in args:
+    from .overrides import config_dirs
+
+    found_dirs = config_dirs(argv, conf_dir)
+    if found_dirs is None:
+        return
+    # Hydra's order: the last --config-dir given first, then conf_dir (then the bundled ones)
+    dirs = [*reversed(found_dirs[1:]), found_dirs[0]]
+    for token in argv:
         key, sep, value = token.partition("=")
         if not sep or key not in ("model", "hardware") or value in ("", "null"):
             continue

@@ -18,11 +18,18 @@ from .config import Backend, ExecutorConfig, SweepConfig
 
 log = logging.getLogger("sweep")
 
+DASK_MISSING = (
+    "executor=dask needs the dask and distributed packages: pip install 'prefixsim[dask]'"
+)
+
 
 def checked_config(cfg: SweepConfig) -> SweepConfig:
     """``cfg`` with its executor settings and ``out_dir`` checked (:class:`ParameterError`)
     and ``out_dir``'s interpolations resolved."""
     validate_executor(cfg.executor)
+    dask = cfg.executor.backend == Backend.dask
+    if dask and not all(_importable(m) for m in ("dask", "distributed")):
+        raise prefixsim.PrefixSimError(DASK_MISSING)  # before the run directory is made
     if cfg.executor.address and cfg.executor.backend != Backend.dask:
         log.warning(
             "executor.address is for executor=dask; ignored with %s", cfg.executor.backend.value
@@ -32,6 +39,15 @@ def checked_config(cfg: SweepConfig) -> SweepConfig:
     if "${" in cfg.out_dir:  # e.g. the default, when called from Python rather than Hydra
         cfg = dataclasses.replace(cfg, out_dir=_resolve(cfg.out_dir))
     return cfg
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules: not importable
+        return False
 
 
 def validate_executor(ex: ExecutorConfig) -> None:
