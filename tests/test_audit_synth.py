@@ -86,7 +86,7 @@ def test_achieved_request_rate_with_agents(
         rate=rate,
         agent_fraction=agent_fraction,
         agent_turns_mean=agent_turns_mean,
-        max_prompt_tokens=2**40,  # no session is cut short: every session has its K turns
+        max_prompt_tokens=2**31 - 1,  # no session is cut short: every session has its K turns
     )
     plan = synth_plan(cfg)
     chat, agent = turns_moments(cfg.turns_mean), turns_moments(agent_turns_mean)

@@ -63,7 +63,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ParameterError
-from .base import COMMON_COUNTERS, Check, PolicyParams, PolicySpec, ReferencePolicy, register
+from .base import (
+    COMMON_COUNTERS,
+    Check,
+    PolicyParams,
+    PolicySpec,
+    ReferencePolicy,
+    default_state_bytes,
+    register,
+)
 
 
 def _check_flag(name: str) -> Any:
@@ -351,5 +359,7 @@ SPEC = register(
         reference=RadixReference,
         kernel=radix_kernel,
         kernel_args=_kernel_args,
+        # no kernel allocates anything yet (radix_kernel refuses): the conservative default
+        state_bytes=default_state_bytes,
     )
 )

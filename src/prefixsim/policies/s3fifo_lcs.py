@@ -359,6 +359,12 @@ def _kernel_args(p: S3FIFOLCSParams) -> tuple[int, int, int, int, int]:
     return (p.capacity, p.small_cap, p.main_cap, p.ghost_cap, p.move_to_main_threshold)
 
 
+def _state_bytes(p: S3FIFOLCSParams, n_blocks: int, n_accesses: int) -> int:
+    """What :func:`s3fifo_lcs_kernel` allocates: ``where`` (int8), ``freq`` (int64), the ghost's
+    two int32 links per block, and two int32 rings of ``capacity + 1`` slots (S and M)."""
+    return (1 + 8 + 4 + 4) * n_blocks + 2 * 4 * (p.capacity + 1)
+
+
 SPEC = register(
     PolicySpec(
         name="S3FIFO_LCS",
@@ -366,5 +372,6 @@ SPEC = register(
         reference=S3FIFOLCSReference,
         kernel=s3fifo_lcs_kernel,
         kernel_args=_kernel_args,
+        state_bytes=_state_bytes,
     )
 )
