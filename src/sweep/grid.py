@@ -170,8 +170,10 @@ def point_keys(
         template = None
         if others is not False and type(capacity) is int and type(cache_bytes) in (int, _None):
             # repr tells apart what == does not (1, 1.0, True; 0.0, -0.0) but JSON does
-            shape = (sha, gp.block_size, cls, repr(others(params)), gp.cluster, gp.semantics)
-            shape += (cache_bytes is None,)
+            shape = (
+                sha, gp.block_size, cls, repr(others(params)), gp.cluster, gp.semantics,
+                cache_bytes is None,
+            )  # fmt: skip
             template = templates.get(shape, _MISSING)
             if template is _MISSING:
                 template = templates[shape] = _key_template(sha, gp, cost_identity)

@@ -205,7 +205,7 @@ def _full_item(item: Item | tuple[Any, ...]) -> Item:
     """An item with its cluster and semantics (``(point_id, params, block_size)`` and items
     without a semantics are single caches, or clusters, under ``spec``)."""
     if len(item) == 5:
-        return item  # type: ignore[return-value]
+        return item
     point_id, params, block_size, *cluster = item
     return (point_id, params, block_size, cluster[0] if cluster else None, SPEC)
 
@@ -242,8 +242,8 @@ def _replay_items(
             continue
         try:
             if cluster is not None:
-                result = run_cluster_point(trace, params, block_size, cluster, semantics)
-                out[i] = _cluster_outcome(point_id, result, per_request)
+                clustered = run_cluster_point(trace, params, block_size, cluster, semantics)
+                out[i] = _cluster_outcome(point_id, clustered, per_request)
                 continue
             result = replay_point(trace, params, block_size, semantics)
             out[i] = _outcome(point_id, result, per_request)
