@@ -165,6 +165,8 @@ def replay_point(
     """One point's replay: a hierarchy through the tier engine, a policy through its own."""
     if isinstance(params, Hierarchy):
         return replay_hierarchy(trace, params, block_size, semantics=semantics)
+    if semantics is None or semantics.name == "spec":
+        return prefixsim.replay_params(trace, params, block_size)  # today's call, as it was
     return prefixsim.replay_params(trace, params, block_size, semantics=semantics)
 
 
