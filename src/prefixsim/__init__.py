@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .models import ModelProfile, load_model, model_names
     from .policies import PolicyParams, get_policy, policy_names, register
     from .replay import ReplayResult, make_params, replay, replay_params
+    from .semantics import Semantics
     from .tiers import TieredResult, replay_tiers
     from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
     from .units import format_size, parse_size
@@ -40,6 +41,7 @@ _LAZY: dict[str, str] = {
     "PolicyParams": ".policies",
     "PrefillCost": ".cost",
     "ReplayResult": ".replay",
+    "Semantics": ".semantics",
     "TieredResult": ".tiers",
     "Trace": ".trace",
     "capacity_blocks": ".cost",
@@ -107,6 +109,7 @@ __all__ = [
     "PrefillCost",
     "PrefixSimError",
     "ReplayResult",
+    "Semantics",
     "TieredResult",
     "Trace",
     "TraceError",

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import ParameterError, PolicyParams, PrefixSimError, Trace
+from prefixsim.semantics import check_fits
 from prefixsim.tiers import Hierarchy
 
 from .costing import CostSetup
@@ -95,7 +96,7 @@ def check_with_engine(
             kind = kinds[sha] = _trace_kind(traces[sha])
         others = _others(type(gp.params))
         rest = others(gp.params) if others is not None else id(gp)
-        key = (kind, type(gp.params), rest, gp.block_size, gp.cluster)
+        key = (kind, type(gp.params), rest, gp.block_size, gp.cluster, gp.semantics)
         groups.setdefault(key, []).append(gp)
     by_kind: dict[tuple[Any, ...], list[GridPoint]] = {}
     for key, group in groups.items():
@@ -116,8 +117,16 @@ def _check_points(
     """The refused points of ``points`` (one kind of trace, ``trace`` one of them) and why."""
     from .parts import part_table
 
-    items: list[Item] = [(i, gp.params, gp.block_size, gp.cluster) for i, gp in enumerate(points)]
+    items: list[Item] = [
+        (i, gp.params, gp.block_size, gp.cluster, gp.semantics) for i, gp in enumerate(points)
+    ]
     results = check_items(trace, items)
+    for i, gp in enumerate(points):  # the whole trace: a request no engine could schedule
+        if not isinstance(results[i], Exception):
+            try:
+                check_fits(gp.semantics, trace, gp.params.capacity, gp.block_size)
+            except ParameterError as err:
+                results[i] = err
     refused = [
         (points[i], _message(points[i], r))
         for i, r in enumerate(results)
@@ -128,7 +137,9 @@ def _check_points(
         return refused
     first = head(trace)
     as_points = {
-        i: Point(i, "", gp.trace, sha, gp.params, gp.block_size, gp.cache_bytes, gp.cluster)
+        i: Point(
+            i, "", gp.trace, sha, gp.params, gp.block_size, gp.cache_bytes, gp.cluster, gp.semantics
+        )
         for i, gp in enumerate(points)
     }
     try:  # what the writer does with each row (int64 columns, the cost columns)

@@ -27,10 +27,14 @@ from typing import Any
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
 from prefixsim.params_grid import make_params_grid
+from prefixsim.semantics import Semantics
 
 from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
 from .costing import cost_setup, grid_sizes
+from .semantics import SPEC, grid_semantics
+from .semantics import describe as describe_semantics
+from .semantics import key_document as semantics_document
 from .values import unique
 
 
@@ -50,6 +54,8 @@ class GridPoint:
     per block); None without a model."""
     cluster: ClusterSpec | None = None
     """Instances behind a router (``sweep.cluster``); None for a single-cache point."""
+    semantics: Semantics = SPEC
+    """The replay's hit rule (``sweep.semantics``)."""
 
     @property
     def policy(self) -> str:
@@ -58,6 +64,7 @@ class GridPoint:
     def describe(self) -> str:
         """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
         items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
+        items.update(describe_semantics(self.semantics))
         if self.cache_bytes is not None:
             items["cache_bytes"] = self.cache_bytes
         if self.cluster is not None:
@@ -80,6 +87,8 @@ class Point:
     """See :attr:`GridPoint.cache_bytes`."""
     cluster: ClusterSpec | None = None
     """See :attr:`GridPoint.cluster`."""
+    semantics: Semantics = SPEC
+    """See :attr:`GridPoint.semantics`."""
 
     @property
     def policy(self) -> str:
@@ -95,6 +104,7 @@ class Point:
             "trace": self.trace,
             "block_size": self.block_size,
             **self.params.to_dict(),
+            **describe_semantics(self.semantics),
         }
         if self.cluster is not None:
             items.update(self.cluster.describe())
@@ -109,13 +119,16 @@ def point_key(
     cache_bytes: int | None = None,
     cost_identity: dict[str, Any] | None = None,
     cluster: ClusterSpec | None = None,
+    semantics: Semantics = SPEC,
 ) -> str:
     """Stable identity of a point: a digest of the trace content, the block size and every
     parameter of the policy (so a changed default is a different point); with a model, also
     the cache's bytes and the cost model's inputs (:meth:`sweep.costing.CostSetup.identity`);
-    for a cluster point its instances, router and load model. Without a model or a cluster the
-    key is what it always was."""
+    for a cluster point its instances, router and load model; under an engine's semantics,
+    the semantics. Without a model, a cluster or an engine's semantics the key is what it
+    always was."""
     doc = {"trace_sha256": trace_sha256, "block_size": block_size, **params.to_dict()}
+    doc.update(semantics_document(semantics))
     if cache_bytes is not None:
         doc["cache_bytes"] = cache_bytes
     if cost_identity:
@@ -157,7 +170,10 @@ def point_keys(
         template = None
         if others is not False and type(capacity) is int and type(cache_bytes) in (int, _None):
             # repr tells apart what == does not (1, 1.0, True; 0.0, -0.0) but JSON does
-            shape = (sha, gp.block_size, cls, repr(others(params)), gp.cluster, cache_bytes is None)
+            shape = (
+                sha, gp.block_size, cls, repr(others(params)), gp.cluster, gp.semantics,
+                cache_bytes is None,
+            )  # fmt: skip
             template = templates.get(shape, _MISSING)
             if template is _MISSING:
                 template = templates[shape] = _key_template(sha, gp, cost_identity)
@@ -169,6 +185,7 @@ def point_keys(
                 cache_bytes=cache_bytes,
                 cost_identity=cost_identity,
                 cluster=gp.cluster,
+                semantics=gp.semantics,
             )
         else:
             if len(template) == 3:  # capacity only
@@ -202,6 +219,7 @@ def _key_template(
     doc = {"trace_sha256": sha, "block_size": gp.block_size, **gp.params.to_dict()}
     if any(type(v) not in (str, int, float, bool, _None) for v in doc.values()):
         return None  # only scalars have one rendering per repr
+    doc.update(semantics_document(gp.semantics))
     marks = {name: f"\x00{name}\x00" for name in _SLOTS}
     doc["capacity"] = marks["capacity"]
     if gp.cache_bytes is not None:
@@ -279,6 +297,7 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
         clusters = cluster_specs(cfg)
     except ParameterError as err:
         raise PlanError(str(err)) from None
+    semantics = _semantics_of(cfg, clusters)
 
     # A policy's points do not depend on the trace: plan them once per policy.
     planned: list[list[tuple[PolicyParams, int, int | None, ClusterSpec | None]]] = []
@@ -300,11 +319,25 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
         n = len(errors) * len(traces)  # each trace's points are invalid alike
         raise PlanError(f"{first} ({n} invalid point{'s' if n > 1 else ''}; first: {described})")
     return [
-        GridPoint(trace, params, block_size, cache_bytes, cluster)
+        GridPoint(trace, params, block_size, cache_bytes, cluster, sem)
         for trace in traces
         for policy_points in planned
         for params, block_size, cache_bytes, cluster in policy_points
+        for sem in semantics
     ]
+
+
+def _semantics_of(cfg: SweepConfig, clusters: Sequence[ClusterSpec | None]) -> list[Semantics]:
+    """The grid's semantics (:func:`sweep.semantics.grid_semantics`), refused with a router
+    whose decision reads the caches or the loads under an engine's semantics."""
+    from prefixsim.cluster.modes import check_router
+
+    semantics = grid_semantics(cfg)
+    for sem in semantics:
+        for cluster in clusters:
+            if cluster is not None:
+                check_router(sem, cluster.router)
+    return semantics
 
 
 NOT_WITH_TIERS: tuple[str, ...] = ("capacity", "cache_size", "instances", "router")
@@ -330,6 +363,11 @@ def check_every_value(cfg: SweepConfig) -> None:
     for key, values in lists:
         if values is not None and not len(values):
             raise PlanError(f"{key}: empty list; the grid needs at least one value")
+    if cfg.tiers is not None and unique(cfg.semantics) != ["spec"]:
+        from prefixsim.semantics import require_spec
+
+        for name in unique(cfg.semantics):
+            require_spec(name, f"a hierarchy (tiers={cfg.tiers.name or '...'})")
     if cfg.tiers is not None:
         given = [k for k in NOT_WITH_TIERS if getattr(cfg, k) is not None]
         if given:
@@ -530,6 +568,7 @@ def _assign_points(
                 gp.block_size,
                 gp.cache_bytes,
                 gp.cluster,
+                gp.semantics,
             )
         )
     return points, registry

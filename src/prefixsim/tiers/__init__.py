@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import ParameterError
 from ..policies.base import check_int
 from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, _as_trace
+from ..semantics import Semantics, require_spec
 from ..trace import Trace
 from .kernel import CODES, tiers_kernel
 from .model import (
@@ -64,8 +65,11 @@ def replay_tiers(
     block_size: int = 512,
     *,
     engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> TieredResult:
-    """Replay a trace through a hierarchy of tiers, fastest first.
+    """Replay a trace through a hierarchy of tiers, fastest first, under the specification's
+    semantics (``semantics`` other than ``"spec"`` is refused: an engine's rules for a
+    hierarchy are not defined yet).
 
     ``tiers`` are :class:`Tier` objects (:func:`make_tier`) or mappings of the same keys
     (``{"policy": "LRU", "capacity": 2048, "name": "hbm"}``). ``engine="kernel"`` runs the
@@ -73,6 +77,7 @@ def replay_tiers(
     plain-Python reference, which also runs every policy as a single tier (and CLOCK, ARC,
     BELADY as the first tier).
     """
+    require_spec(semantics, "a hierarchy of tiers")
     checked = check_tiers(tiers, mode)
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     trace = _as_trace(trace_or_path)
@@ -133,7 +138,14 @@ def replay_tiers(
 
 
 def replay_hierarchy(
-    trace: Trace, hierarchy: Hierarchy, block_size: int, *, engine: Engine = "kernel"
+    trace: Trace,
+    hierarchy: Hierarchy,
+    block_size: int,
+    *,
+    engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> TieredResult:
     """:func:`replay_tiers` with an already validated :class:`Hierarchy` (a sweep point)."""
-    return replay_tiers(trace, hierarchy.tiers, hierarchy.mode, block_size, engine=engine)
+    return replay_tiers(
+        trace, hierarchy.tiers, hierarchy.mode, block_size, engine=engine, semantics=semantics
+    )
