@@ -11,9 +11,9 @@ a router (``cluster`` set; ``params`` each instance's policy). :func:`run_scenar
 >>> result = run_scenario(load_trace("conversation"), Scenario(make_params("S3FIFO", 4096)))
 >>> result.total_hit_tokens  # doctest: +SKIP
 
-A replay semantics (the engines' own hit rules, ``docs/semantics.md``) is the one field still to
-come: a value of the scenario like ``block_size``, which :func:`run_scenario` hands to the
-composition's driver (``prefixsim.engine.rules``), the same for all three.
+The replay's semantics (the engines' own hit rules, ``docs/semantics.md``) is a value of the
+scenario like ``block_size``, which :func:`run_scenario` hands to the composition's replay, the
+same for all three (a hierarchy refuses any but ``spec`` for now).
 """
 
 from __future__ import annotations
@@ -24,9 +24,13 @@ from typing import TYPE_CHECKING
 from .errors import ParameterError
 from .policies import PolicyParams
 from .policies.base import check_int
-from .replay import MAX_BLOCK_SIZE, Engine, ReplayResult, replay_params
+from .replay import MAX_BLOCK_SIZE, Engine, ReplayResult
+from .semantics import Semantics
 from .tiers import Hierarchy, TieredResult, replay_hierarchy
 from .trace import Trace
+
+_SPEC = Semantics()
+"""The default semantics, the specification's."""
 
 if TYPE_CHECKING:  # the cluster engine is imported where it runs (a sweep without clusters)
     from .cluster import ClusterResult, LoadModel, RouterParams
@@ -44,13 +48,15 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Scenario:
-    """What one replay is: a composition, its policy parameters, its block size."""
+    """What one replay is: a composition, its policy parameters, its block size, its semantics."""
 
     params: PolicyParams
     """One cache's policy parameters, or a :class:`~prefixsim.tiers.Hierarchy` (validated)."""
     block_size: int = 512
     cluster: Cluster | None = None
     """None: one cache or a hierarchy; else ``params`` is each instance's policy."""
+    semantics: Semantics = _SPEC
+    """The replay's hit rule (``docs/semantics.md``); ``spec`` by default."""
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -58,6 +64,8 @@ class Scenario:
         )
         if not isinstance(self.params, PolicyParams):
             raise ParameterError("params", self.params, "expected a policy's parameters")
+        if not isinstance(self.semantics, Semantics):
+            raise ParameterError("semantics", self.semantics, "expected a Semantics")
         if self.cluster is not None and isinstance(self.params, Hierarchy):
             raise ParameterError(
                 "cluster", self.cluster, "a cluster's instances are single caches, not tiers"
@@ -75,15 +83,25 @@ def run_scenario(
     trace: Trace, scenario: Scenario, *, engine: Engine = "kernel"
 ) -> ReplayResult | TieredResult | ClusterResult:
     """Replay ``trace`` as ``scenario`` says: the compiled drivers (``engine="kernel"``) or the
-    reference drivers (``"reference"``)."""
+    reference drivers (``"reference"``).
+
+    One cache goes through the package's public ``prefixsim.replay_params``, looked up at each
+    call and, with the defaults (kernel, ``spec``), called as ``replay_params(trace, params,
+    block_size)``: whatever wraps that function (a test planting a refusal, a profiler) sees
+    every single-cache replay, whichever entry ran it."""
     params, block_size, cluster = scenario.params, scenario.block_size, scenario.cluster
+    semantics = scenario.semantics
     if cluster is not None:
         from .cluster import replay_cluster_params
 
         return replay_cluster_params(
             trace, params, block_size, cluster.instances, cluster.router, cluster.load,
-            engine=engine,
+            engine=engine, semantics=semantics,
         )  # fmt: skip
     if isinstance(params, Hierarchy):
-        return replay_hierarchy(trace, params, block_size, engine=engine)
-    return replay_params(trace, params, block_size, engine=engine)
+        return replay_hierarchy(trace, params, block_size, engine=engine, semantics=semantics)
+    import prefixsim
+
+    if engine == "kernel" and semantics == _SPEC:
+        return prefixsim.replay_params(trace, params, block_size)
+    return prefixsim.replay_params(trace, params, block_size, engine=engine, semantics=semantics)
