@@ -21,7 +21,6 @@ import itertools
 import json
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import prefixsim
@@ -32,83 +31,10 @@ from prefixsim.semantics import Semantics
 from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
 from .costing import cost_setup, grid_sizes
+from .points import GridPoint, PlanError, Point, check_block_size
 from .semantics import SPEC, grid_semantics
-from .semantics import describe as describe_semantics
 from .semantics import key_document as semantics_document
 from .values import unique
-
-
-class PlanError(prefixsim.PrefixSimError):
-    """A grid that cannot be run (one line for the user)."""
-
-
-@dataclass(frozen=True)
-class GridPoint:
-    """A point before its trace is loaded (the trace is referred to as typed)."""
-
-    trace: str
-    params: PolicyParams
-    block_size: int
-    cache_bytes: int | None = None
-    """The cache in bytes (with a model: the ``cache_size`` given, or capacity times the bytes
-    per block); None without a model."""
-    cluster: ClusterSpec | None = None
-    """Instances behind a router (``sweep.cluster``); None for a single-cache point."""
-    semantics: Semantics = SPEC
-    """The replay's hit rule (``sweep.semantics``)."""
-
-    @property
-    def policy(self) -> str:
-        return self.params.policy
-
-    def describe(self) -> str:
-        """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
-        items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
-        items.update(describe_semantics(self.semantics))
-        if self.cache_bytes is not None:
-            items["cache_bytes"] = self.cache_bytes
-        if self.cluster is not None:
-            items.update(self.cluster.describe())
-        return " ".join(f"{k}={v}" for k, v in items.items())
-
-
-@dataclass(frozen=True)
-class Point:
-    """A point of the sweep, with its identity in the run directory."""
-
-    point_id: int
-    key: str
-    trace: str
-    """The trace as typed (bundled name or path), as loaded into :class:`prefixsim.Trace`."""
-    trace_sha256: str
-    params: PolicyParams
-    block_size: int
-    cache_bytes: int | None = None
-    """See :attr:`GridPoint.cache_bytes`."""
-    cluster: ClusterSpec | None = None
-    """See :attr:`GridPoint.cluster`."""
-    semantics: Semantics = SPEC
-    """See :attr:`GridPoint.semantics`."""
-
-    @property
-    def policy(self) -> str:
-        return self.params.policy
-
-    def param(self, name: str) -> Any:
-        """Value of a policy parameter, or None when the policy does not have it."""
-        return getattr(self.params, name, None)
-
-    def describe(self) -> str:
-        items = {
-            "point_id": self.point_id,
-            "trace": self.trace,
-            "block_size": self.block_size,
-            **self.params.to_dict(),
-            **describe_semantics(self.semantics),
-        }
-        if self.cluster is not None:
-            items.update(self.cluster.describe())
-        return " ".join(f"{k}={v}" for k, v in items.items())
 
 
 def point_key(
@@ -259,12 +185,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _check_block_size(value: int) -> int:
-    from prefixsim.policies.base import check_int
-
-    return check_int("block_size", value, 1)
-
-
 def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     """The grid's points in order (trace, policy, capacity, block_size, then the policy's
     parameters), deduplicated, each validated by the engine. The capacities are ``capacity``,
@@ -288,7 +208,7 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     policies = unique(cfg.policy)
     for name in policies:
         prefixsim.get_policy(name)  # unknown policy: ParameterError naming the known ones
-    block_sizes = [_check_block_size(b) for b in unique(cfg.block_size)]
+    block_sizes = [check_block_size(b) for b in unique(cfg.block_size)]
     if cfg.capacity is not None:
         cfg = dataclasses.replace(cfg, capacity=unique(cfg.capacity))
     sizes = grid_sizes(cfg, block_sizes, cost_setup(cfg))
