@@ -185,6 +185,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@gc_paused()
 def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     """The grid's points in order (trace, policy, capacity, block_size, then the policy's
     parameters), deduplicated, each validated by the engine. The capacities are ``capacity``,
@@ -194,11 +195,6 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
     what is allowed and, for an invalid point, how many points are invalid.
     """
-    with gc_paused():
-        return _plan_grid(cfg)
-
-
-def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     check_every_value(cfg)
     if cfg.tiers is not None:  # a hierarchy's grid (the tiers group): sweep/tiers.py
         from .tiers import plan_tiers
@@ -443,6 +439,7 @@ def unused_parameters(cfg: SweepConfig) -> list[str]:
     return out
 
 
+@gc_paused()
 def assign_points(
     grid: Sequence[GridPoint],
     shas: dict[Any, str],
@@ -457,16 +454,6 @@ def assign_points(
 
     Returns the points and the updated registry.
     """
-    with gc_paused():
-        return _assign_points(grid, shas, registry, cost_identity)
-
-
-def _assign_points(
-    grid: Sequence[GridPoint],
-    shas: dict[Any, str],
-    registry: dict[str, int],
-    cost_identity: dict[str, Any] | None,
-) -> tuple[list[Point], dict[str, int]]:
     registry = dict(registry)
     next_id = max(registry.values(), default=-1) + 1
     points: list[Point] = []

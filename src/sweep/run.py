@@ -200,6 +200,7 @@ def _head(trace: Trace) -> Trace:
     return head(_local_trace(trace), 2_000)
 
 
+@gc_paused()
 def plan_batches(
     points: Sequence[Point],
     traces: dict[str, Trace],
@@ -210,17 +211,6 @@ def plan_batches(
     """Split ``points`` into batches (one trace each, consecutive point ids). With automatic
     batching, the LRU points of one trace and block size form one batch of their own, which a
     worker computes from one LRU curve (see :func:`run_batch`)."""
-    with gc_paused():
-        return _plan_batches(points, traces, ex, workers, cost_per_access)
-
-
-def _plan_batches(
-    points: Sequence[Point],
-    traces: dict[str, Trace],
-    ex: ExecutorConfig,
-    workers: int,
-    cost_per_access: dict[str, float],
-) -> Plan:
     estimate = _estimates(points, traces, cost_per_access)
     by_id = operator.attrgetter("point_id")
     by_trace: dict[str, list[Point]] = {}
