@@ -81,3 +81,15 @@ def test_a_trace_of_milliseconds_in_small_multiples() -> None:
     assert len(coloured) == 12 and all(len(ln.get_xdata()) == 1 for ln in coloured)
     assert all(ln.get_marker() not in (None, "None", "") for ln in coloured)
     assert problems(fig, style_context()) == []
+
+
+def test_small_multiples_keep_each_policys_line_style() -> None:
+    # a policy's line style is its own in every figure of a run: CLOCK and LFU dash-dotted
+    # (they were solid in the small multiples, dash-dotted in hit_rate_vs_capacity)
+    results = make_results(policies=("S3FIFO", "LRU", "FIFO", "CLOCK", "SIEVE", "LFU"))
+    points = data.default_points(results)
+    fig = requests.fig_hit_ratio_cdf(points, make_per_request(results))
+    styles = {str(ln.get_label()).split(" ")[0]: ln.get_linestyle() for ax in fig.axes
+              for ln in labelled(ax)}  # fmt: skip
+    assert styles["CLOCK"] == styles["LFU"] == "-."
+    assert styles["S3FIFO"] == "-"

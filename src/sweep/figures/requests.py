@@ -173,10 +173,9 @@ def _small_multiples(series: list[Series], panel_list: Sequence[Panel], decorate
             for other in mine:
                 if other is not s:
                     ax.plot(other.x, other.y, color="0.82", linewidth=0.7, gid=CONTEXT_GID)
-            # one coloured line per panel: solid, without markers, reads best (a series of
-            # one point keeps its marker: a line of one point draws nothing)
-            drop = ("linestyle",) if len(s.x) == 1 else ("marker", "linestyle")
-            style = {k: v for k, v in s.style.items() if k not in drop}
+            # one coloured line per panel, without markers (a series of one point keeps its
+            # marker: a line of one point draws nothing), in the series' line style of the run
+            style = {k: v for k, v in s.style.items() if k != "marker" or len(s.x) == 1}
             ax.plot(s.x, s.y, label=s.label, linewidth=1.2, zorder=3, **style)
             decorate(ax, i)
             title = s.label
