@@ -107,8 +107,12 @@ def test_a_router_variant_looks_the_same_in_every_cluster_figure() -> None:
         f.__name__: f(rows)
         for f in (fig_cluster_hit_rate, fig_cluster_ttft, fig_cluster_load_imbalance)
     }
-    looks = looks_by_series(figures["fig_cluster_ttft"])
-    assert {look[1] for look in looks["session key_blocks=2"]} == {":"}
+    styles = {
+        name: {look[1] for look in looks_by_series(fig)["session key_blocks=2"]}
+        for name, fig in figures.items()
+    }
+    assert [str(s).split(" ")[0] for s in styles["fig_cluster_ttft"]] == [":"]  # dotted
+    assert styles["fig_cluster_ttft"] == styles["fig_cluster_hit_rate"]
     assert run_problems(figures, {"S3FIFO"}) == []
     for fig in figures.values():
         assert problems(fig, style_context()) == []
