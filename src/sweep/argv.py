@@ -58,6 +58,8 @@ class Rewrite:
     """Arguments for Hydra (without the program name)."""
     notes: list[str] = field(default_factory=list)
     """Messages for the user (e.g. ``--multirun`` dropped)."""
+    typed: dict[str, str] = field(default_factory=dict)
+    """Each rewritten override -> the override as typed (for messages about it)."""
 
 
 def _hydra_args_parser() -> argparse.ArgumentParser:
@@ -294,6 +296,8 @@ def rewrite_argv(argv: Sequence[str]) -> Rewrite:
         return Rewrite(kept, notes)
     groups = overrides.config_groups(kept)
     out = list(kept)
+    typed: dict[str, str] = {}
     for i in indices:
         out[i] = rewrite_override(kept[i], groups)
-    return Rewrite(out, notes)
+        typed.setdefault(out[i], kept[i])
+    return Rewrite(out, notes, typed)

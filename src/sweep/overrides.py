@@ -233,6 +233,45 @@ def _config_groups(argv: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(g for g in groups if not g.startswith(("_", ".")))
 
 
+def group_options(group: str, argv: Sequence[str]) -> list[str]:
+    """The options of the config group ``group`` Hydra will know for ``argv``: the YAML files
+    of ``conf/GROUP/``, of each ``--config-dir``'s ``GROUP/`` and, for ``model`` and
+    ``hardware``, the bundled profiles (regular files only, as the profile loader reads)."""
+    conf = Path(__file__).resolve().parent / "conf"
+    dirs = config_dirs(argv, conf) or [conf]
+    folders = [d / group for d in dirs]
+    if group in ("model", "hardware"):
+        from prefixsim.models import profile_dir
+
+        folders.append(profile_dir(group))
+    names: set[str] = set()
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            names.update(p.stem for p in folder.glob("*.yaml") if p.is_file())
+    return sorted(names)
+
+
+def null_node_line(typed: str, node: str, argv: Sequence[str]) -> str:
+    """One line for an override that reaches into (or merges a mapping into) ``node``, a node
+    that is null in the composed configuration (``tiers.hbm.capacity=3`` without ``tiers=``,
+    ``model.layers=32`` without ``model=``, ``hardware=null hardware.mfu=0.5``): OmegaConf
+    fails on it with an assertion's traceback."""
+    typed = _short(typed, 120)
+    group = node.split(".")[0]
+    if node == group and group in config_groups(argv):
+        known = group_options(group, argv)
+        shown = f" ({group}: {', '.join(known)})" if known else ""
+        return (
+            f"{typed}: no {group} is chosen ({group} is null in this configuration); choose "
+            f"one first, {group}=NAME{shown}"
+        )
+    where = f" in a file of the {group} group" if group in config_groups(argv) else ""
+    return (
+        f"{typed}: {node} is null in this configuration, so it has no keys to set; give "
+        f"{node} whole{where} (--config-dir DIR with DIR/{group}/NAME.yaml)"
+    )
+
+
 def is_group(key: str, groups: Iterable[str]) -> bool:
     """``model`` (a config group), ``hydra/launcher``, ``hydra.run.dir``: left to Hydra."""
     return key in groups or "/" in key or key == "hydra" or key.startswith("hydra.")
