@@ -177,8 +177,11 @@ def _rewrite(override: Any, text: str) -> str:
         from hydra.core.override_parser.types import RangeSweep
 
         sweep = override.value()
-        if isinstance(sweep, RangeSweep) and sweep.step == 0:
-            raise ArgvError(f"'{text}': range() needs a step other than 0")
+        if isinstance(sweep, RangeSweep):
+            try:  # counted before any value is listed (a step of 1e-300, a billion values)
+                ranges.count(sweep.start, sweep.stop, sweep.step)
+            except ranges.RangeError as err:
+                raise ArgvError(f"'{overrides._short(text, 120)}': {err}") from None
         if isinstance(sweep, RangeSweep) and not sweep.shuffle:
             compact = ranges.compact(key, sweep.start, sweep.stop, sweep.step)
             if compact is not None:

@@ -284,8 +284,7 @@ def describe_omegaconf_error(cfg: Any, err: Exception) -> str:
     key = str(getattr(err, "full_key", "") or "")
     message = str(getattr(err, "msg", None) or err).strip().splitlines()
     reason = message[0] if message else type(err).__name__
-    for noise in ("KeyError raised while resolving interpolation: ",):
-        reason = reason.removeprefix(noise)
+    reason = re.sub(r"^\w+ raised while resolving interpolation: ", "", reason)
     raw = _raw_value(cfg, key)
     shown = f"{key}={_short(raw, 120)}" if raw is not None else key or "the configuration"
     if type(err).__name__ == "MissingMandatoryValue":
