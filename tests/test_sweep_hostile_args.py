@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from sweep import ranges
+from sweep.argv import ArgvError, rewrite_override
 from sweep.config import SweepConfig
 from sweep.grid import PlanError, grid_size_bound, plan_grid
-from test_sweep_config_errors import assert_refused, cli  # noqa: F401
+from test_sweep_config_errors import SCHEMA_KEYS, assert_refused, cli  # noqa: F401
 
 # --- ranges: counted before they are listed (a billion values was a MemoryError) -----------
 
@@ -133,3 +134,144 @@ def test_the_api_is_bounded_like_the_command_line() -> None:
     cfg = SweepConfig(capacity=list(range(2, 5002)), block_size=list(range(1, 3001)))
     with pytest.raises(PlanError, match="the grid has 30,000,000 points"):
         plan_grid(cfg)
+
+
+# --- numbers past Python's integer-string limit (4300 digits): one line, not a traceback ----
+
+LONG = "9" * 5000
+
+
+@pytest.mark.parametrize("key", [k for k, _ in SCHEMA_KEYS])
+def test_a_long_number_in_any_key_is_one_line(key: str) -> None:
+    # Hydra's parser calls int() on the digits whatever the key's type (out_dir too)
+    with pytest.raises(ArgvError) as info:
+        rewrite_override(f"{key}={LONG}")
+    message = str(info.value)
+    assert "a number of 5,000 digits, longer than Python reads" in message, message
+    assert len(message) < 400, message
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        f"capacity=[1,{LONG}]",
+        f"capacity=1,{LONG}",
+        f"capacity=range(1,{LONG})",
+        f"capacity=-{LONG}",
+        f"+capacity={LONG}",
+        f"++seed={LONG}",
+        f"cache_size={LONG}",
+        f"hydra.job.chdir={LONG}",
+        f"+foo={LONG}",
+    ],
+    ids=lambda typed: typed.replace(LONG, "9*5000"),
+)
+def test_a_long_number_in_any_form_is_one_line(
+    cli,  # noqa: F811
+    tmp_path: Path,
+    typed: str,
+) -> None:  # type: ignore[no-untyped-def]
+    assert_refused(cli, tmp_path, [typed], "a number of 5,000 digits, longer than Python reads")
+
+
+def test_a_long_number_quoted_is_text(cli) -> None:  # noqa: F811  # type: ignore[no-untyped-def]
+    code, lines = cli("--cfg", "job", f"out_dir='{LONG}'")
+    assert code == 0, lines
+
+
+def _experiment(root: Path, name: str, body: bytes) -> Path:
+    folder = root / "d" / "experiment"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_bytes(b"# @package _global_\n" + body)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        (f"capacity: [{LONG}]\n".encode(), 2),
+        (f"policy: [LRU]\nseed: [1, {LONG}]\n".encode(), 3),
+        (f"plot:\n  dpi: {LONG}\n".encode(), 3),
+        (f"out_dir: {LONG}\n".encode(), 2),
+    ],
+    ids=["capacity", "seed", "plot.dpi", "out_dir"],
+)
+def test_a_long_number_in_a_config_file_names_the_file_and_line(
+    cli,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    body: bytes,
+    line: int,
+) -> None:  # type: ignore[no-untyped-def]
+    # main's code: OmegaConf's YAML loader's ValueError, a 60-line traceback naming no file
+    outside = tmp_path.parent / f"{tmp_path.name}-cfg"
+    path = _experiment(outside, "big", body)
+    assert_refused(
+        cli,
+        tmp_path,
+        ["--config-dir", str(outside / "d"), "+experiment=big"],
+        f"{path}:{line}: a number of 5,000 digits",
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "byte"),
+    [
+        (b"\xff\xfe", 2, "0xff"),
+        (b"capacity: [1024]\npolicy: [LRU, '\xe9']\n", 3, "0xe9"),
+        (b"capacity: [1024]\n" * 1000 + b"# \xc3\x28\n", 1002, "0xc3"),  # past a read chunk
+    ],
+    ids=["first-byte", "third-line", "past-a-read-chunk"],
+)
+def test_a_config_file_that_is_not_utf8_names_the_file_and_line(
+    cli,  # noqa: F811
+    tmp_path: Path,
+    body: bytes,
+    line: int,
+    byte: str,
+) -> None:  # type: ignore[no-untyped-def]
+    outside = tmp_path.parent / f"{tmp_path.name}-cfg"
+    path = _experiment(outside, "x", body)
+    assert_refused(
+        cli,
+        tmp_path,
+        ["--config-dir", str(outside / "d"), "+experiment=x"],
+        f"{path}:{line}: not UTF-8 text (byte {byte}",
+    )
+
+
+def test_a_group_file_that_is_not_utf8_names_the_file(cli, tmp_path: Path) -> None:  # noqa: F811  # type: ignore[no-untyped-def]
+    outside = tmp_path.parent / f"{tmp_path.name}-cfg"
+    (outside / "tiers").mkdir(parents=True)
+    path = outside / "tiers" / "t.yaml"
+    path.write_bytes(b"order: [hbm]\nhbm:\n  capacity: [4]\n  medium: '\xe9'\n")
+    assert_refused(
+        cli, tmp_path, ["--config-dir", str(outside), "tiers=t"], f"{path}:4: not UTF-8 text"
+    )
+
+
+@pytest.mark.parametrize("kind", ["model", "hardware"])
+@pytest.mark.parametrize(
+    "number", [LONG, f"-{LONG}", f"1_{LONG}"], ids=["long", "negative", "underscored"]
+)
+def test_a_long_number_in_a_profile_is_refused_by_key(
+    cli,  # noqa: F811
+    tmp_path: Path,
+    kind: str,
+    number: str,
+) -> None:  # type: ignore[no-untyped-def]
+    from prefixsim.models import profile_dir
+
+    key = "layers" if kind == "model" else "n_gpus"
+    source = profile_dir(kind) / ("llama-3.1-8b.yaml" if kind == "model" else "h100.yaml")
+    lines = source.read_text().splitlines()
+    assert any(x.startswith(f"{key}:") for x in lines)
+    outside = tmp_path.parent / f"{tmp_path.name}-cfg"
+    (outside / kind).mkdir(parents=True)
+    text = "\n".join(f"{key}: {number}" if x.startswith(f"{key}:") else x for x in lines)
+    (outside / kind / "huge.yaml").write_text(text + "\n")
+    args = ["--config-dir", str(outside), f"{kind}=huge"]
+    if kind == "hardware":
+        args.append("model=llama-3.1-8b")
+    assert_refused(cli, tmp_path, args, f"{kind}.{key}=<an integer of ")

@@ -181,6 +181,84 @@ def _null_nodes_refused(argv: Sequence[str], typed: dict[str, str]) -> Iterator[
         ConfigLoaderImpl._apply_overrides_to_config = original  # type: ignore[method-assign]
 
 
+def config_file_error(path: str, data: bytes, err: Exception) -> str | None:
+    """One line naming the config file ``path`` (its bytes ``data``) for an error of reading
+    it that names no file: bytes that are not UTF-8, a number Python does not convert (more
+    than 4300 digits, OmegaConf's YAML loader calls ``int()``); None for any other error."""
+    from .argv import long_number_reason
+
+    if isinstance(err, UnicodeDecodeError):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            line = data.count(b"\n", 0, bad.start) + 1
+            byte = data[bad.start]
+            return (
+                f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at offset {bad.start}); "
+                "config files are UTF-8 YAML"
+            )
+        return f"{path}: not UTF-8 text; config files are UTF-8 YAML"
+    if isinstance(err, ValueError):
+        text = data.decode("utf-8", "replace")
+        for number, row in enumerate(text.splitlines(), 1):
+            reason = long_number_reason(row)
+            if reason is not None:
+                return f"{path}:{number}: {reason}"
+    return None
+
+
+@contextlib.contextmanager
+def _config_files_named() -> Iterator[None]:
+    """Hydra reads a config file (an experiment, a ``--config-dir`` profile) with
+    ``open(encoding="utf-8")`` and OmegaConf's YAML loader: a file that is not UTF-8, or that
+    holds a number of more than 4300 digits, is a 60-line traceback that names no file. Here
+    each read that fails so is :class:`_HydraRejected`, one line naming the file and line
+    (:func:`config_file_error`). (Hydra's private API, as in ``_no_mode_probe``.)"""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.config_source import ConfigSource
+
+    def named(load: Any) -> Any:
+        def load_config(self: Any, config_path: str) -> Any:
+            try:
+                return load(self, config_path)
+            except (UnicodeDecodeError, ValueError, OSError) as err:
+                name = self._normalize_file_name(config_path)
+                if self.scheme() == "file":
+                    path = os.path.join(self.path, name)
+                    read = Path(path).read_bytes
+                else:
+                    from importlib import resources
+
+                    path = f"{self.path}/{name}"
+                    read = resources.files(self.path).joinpath(name).read_bytes
+                if isinstance(err, OSError):
+                    raise _HydraRejected(f"{path}: cannot be read ({err.strerror})") from None
+                try:
+                    line = config_file_error(path, read(), err)
+                except OSError:
+                    line = None
+                if line is None:
+                    raise
+                raise _HydraRejected(line) from None
+
+        return load_config
+
+    # Hydra's plugin discovery imports its own copies of the sources' modules: patch those.
+    sources: list[Any] = list(Plugins.instance().discover(ConfigSource))
+    originals = [
+        (cls, cls.__dict__["load_config"])
+        for cls in sources
+        if cls.scheme() in ("file", "pkg") and "load_config" in cls.__dict__
+    ]
+    for cls, load in originals:
+        cls.load_config = named(load)
+    try:
+        yield
+    finally:
+        for cls, load in originals:
+            cls.load_config = load
+
+
 @contextlib.contextmanager
 def _no_mode_probe() -> Iterator[None]:
     """Hydra composes the whole configuration twice per run: once only to read ``hydra.mode``
@@ -251,6 +329,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         with (
             _no_mode_probe(),
+            _config_files_named(),
             _one_line_hydra_errors(),
             _null_nodes_refused(rewrite.argv, rewrite.typed),
         ):

@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import io
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -124,6 +125,8 @@ def rewrite_override(text: str, groups: Sequence[str] | None = None) -> str:
         override = OverridesParser.create().parse_override(text)
     except HydraException as err:
         raise ArgvError(_parse_error(text, err)) from None
+    except ValueError as err:  # Hydra's int() of a digit run past Python's limit (4300 digits)
+        raise ArgvError(_long_number_error(text, err)) from None
     if groups is None:
         groups = overrides.config_groups(())
     try:
@@ -191,6 +194,36 @@ def _rewrite(override: Any, text: str) -> str:
     except (ValueError, HydraException) as err:
         raise ArgvError(f"'{text}': {err}") from None
     return f"{override.get_key_element()}=[{values}]"
+
+
+def long_number_reason(text: str) -> str | None:
+    """Why a number in ``text`` cannot be read: a run of digits longer than Python converts
+    to an integer (``sys.get_int_max_str_digits()``, 4300 by default); None if there is none.
+    Every number the sweep takes fits in 64 bits (a seed is taken modulo 2**64: give it so)."""
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    digits = max((len(run) for run in re.findall(r"\d+", text)), default=0)
+    if not limit or digits <= limit:
+        return None
+    return (
+        f"a number of {digits:,} digits, longer than Python reads ({limit:,}); every number "
+        "the sweep takes fits in 64 bits"
+    )
+
+
+def _long_number_error(text: str, err: ValueError) -> str:
+    reason = long_number_reason(text)
+    key, sep, _ = text.partition("=")
+    if reason is None:  # another ValueError of Hydra's parser: its message, in one line
+        first = next((line for line in str(err).splitlines() if line.strip()), "ValueError")
+        return f"'{overrides._short(text, 120)}': {first.strip()}"
+    key = key.lstrip("+~")
+    if key == "seed":
+        hint = " (a seed is taken modulo 2**64: give it so)"
+    else:
+        hint = f"; quote a value that is text: {overrides._short(key, 60)}='...'" if sep else ""
+    return f"'{overrides._short(text, 120)}': {reason}{hint}"
 
 
 def _parse_error(text: str, err: Exception) -> str:
