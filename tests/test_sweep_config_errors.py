@@ -211,8 +211,8 @@ def _null_node_cases() -> list[tuple[list[str], str]]:
             before = []  # tiers is null by default too
         value = "1" if tp in (int, float, list[int], list[float]) else "x"
         value = "true" if tp is bool else f"[{value}]" if typing.get_origin(tp) is list else value
-        if key.endswith(("peak_flops", "bandwidth")):
-            key, value = f"{key}.bf16", "1e15"
+        if key.endswith(("peak_flops", "bandwidth")):  # a key of each table
+            key, value = f"{key}.{'bf16' if key.endswith('peak_flops') else 'hbm'}", "1e15"
         cases.append(([*before, f"{prefixes[i % 3]}{key}={value}"], name))
     return cases
 

@@ -275,3 +275,53 @@ def test_a_long_number_in_a_profile_is_refused_by_key(
     if kind == "hardware":
         args.append("model=llama-3.1-8b")
     assert_refused(cli, tmp_path, args, f"{kind}.{key}=<an integer of ")
+
+
+# --- keys of mappings with a fixed table, and Hydra's own keys: the closest key, not "+KEY" ---
+
+
+def _table_keys() -> list[str]:
+    from prefixsim.hardware import TIERS
+    from prefixsim.models import DTYPE_BYTES
+
+    return [f"hardware.bandwidth.{t}" for t in TIERS] + [
+        f"hardware.peak_flops.{d}" for d in DTYPE_BYTES
+    ]
+
+
+def _hydra_keys() -> list[str]:
+    import dataclasses
+
+    from hydra.conf import HydraConf
+
+    keys = []
+    for f in dataclasses.fields(HydraConf):
+        tp = f.type if not isinstance(f.type, str) else None
+        keys.append(f"hydra.{f.name}")
+        inner = getattr(HydraConf, f.name, None) if tp is None else tp
+        if dataclasses.is_dataclass(inner):
+            keys.extend(f"hydra.{f.name}.{g.name}" for g in dataclasses.fields(inner))
+    return keys
+
+
+@pytest.mark.parametrize("key", _table_keys())
+@pytest.mark.parametrize("prefix", ["", "+"])
+def test_a_misspelt_key_of_a_hardware_table_names_the_closest(key: str, prefix: str) -> None:
+    typo = f"{key}x"
+    with pytest.raises(ArgvError, match=f"did you mean {key}\\?"):
+        rewrite_override(f"{prefix}{typo}=1e12")
+    assert rewrite_override(f"{key}=1e12") == f"{key}=1e12"
+
+
+@pytest.mark.parametrize("key", _hydra_keys())
+def test_a_misspelt_hydra_key_names_the_closest(key: str) -> None:
+    head, _, leaf = key.rpartition(".")
+    with pytest.raises(ArgvError) as info:
+        rewrite_override(f"{head}.{leaf}x=1")
+    assert "did you mean" in str(info.value) and "+hydra" not in str(info.value), info.value
+
+
+def test_hydra_keys_hydra_takes_are_left_to_it(cli) -> None:  # noqa: F811  # type: ignore[no-untyped-def]
+    for typed in ("hydra.verbose=true", "hydra.job.chdir=false", "hydra.run.dir=somewhere"):
+        code, lines = cli("--cfg", "job", typed)
+        assert code == 0, (typed, lines)

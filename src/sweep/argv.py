@@ -252,6 +252,11 @@ def _checked_key(override: Any, groups: Sequence[str]) -> str | None:
     key = override.key_or_group
     if override.package is not None or "[" in key or override.is_delete():
         return None
+    if key.startswith("hydra.") and not override.is_force_add():
+        # Hydra's own keys: checked against its schema (HydraConf), the closest named, not
+        # Hydra's advice to add a key its struct then refuses (hydra.verbos=true)
+        overrides.field_type(key)
+        return None
     if overrides.is_group(key, groups):
         is_null = override.value_type == ValueType.ELEMENT and override.value() is None
         if is_null and key in overrides.DEFAULTS_GROUPS and not override.is_add():

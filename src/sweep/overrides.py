@@ -64,9 +64,22 @@ def field_type(path: str, groups: Iterable[str] = ()) -> Any:
     raise :class:`OverrideError` naming the closest key when the schema has no such key."""
     tp: Any = SweepConfig
     done: list[str] = []
+    if path == "hydra" or path.startswith("hydra."):
+        from hydra.conf import HydraConf
+
+        tp, done, path = HydraConf, ["hydra"], path.removeprefix("hydra").lstrip(".")
+        if not path:
+            return HydraConf
     for name in path.split("."):
         inner, _ = _strip_optional(tp)
+        if inner is Any:
+            return Any  # a node the schema does not type (hydra.launcher: its plugin's)
         if typing.get_origin(inner) is dict:
+            table = ".".join(done)
+            known = _mapping_keys(table)
+            if known is not None and name not in known:
+                # Hydra would advise +KEY=..., which the engine then refuses
+                raise OverrideError(unknown_key(f"{table}.", name, known))
             tp = typing.get_args(inner)[1]  # any key of a mapping (peak_flops.bf16)
         elif dataclasses.is_dataclass(inner):
             hints = _hints(typing.cast(type, inner))
@@ -81,6 +94,20 @@ def field_type(path: str, groups: Iterable[str] = ()) -> Any:
             raise OverrideError(f"{path}: {where} is a value ({_describe(tp)}), not a node")
         done.append(name)
     return tp
+
+
+def _mapping_keys(table: str) -> list[str] | None:
+    """The keys the engine accepts in the mapping node ``table`` (``hardware.bandwidth``: the
+    tiers' media; ``hardware.peak_flops``: the dtypes), or None for a mapping of any keys."""
+    if table == "hardware.bandwidth":
+        from prefixsim.hardware import TIERS
+
+        return list(TIERS)
+    if table == "hardware.peak_flops":
+        from prefixsim.models import DTYPE_BYTES
+
+        return list(DTYPE_BYTES)
+    return None
 
 
 def unknown_key(prefix: str, name: str, known: list[str]) -> str:
