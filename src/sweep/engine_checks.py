@@ -86,7 +86,18 @@ def check_with_engine(
 ) -> None:
     """Run the engine's own checks of ``grid`` (:mod:`sweep.engine_checks`); raise
     :class:`PlanError` with the engine's message for the first point it refuses, in grid
-    order. ``setup``: the cost columns' model (their computation is checked too)."""
+    order. ``setup``: the cost columns' model (their computation is checked too, and each
+    trace at each block size by :func:`prefixsim.cost.check_cost`, as the CLI does: bytes its
+    requests could reuse past int64 are refused here, not after the replay)."""
+    if setup is not None:
+        from prefixsim.cost import check_cost
+
+        checked: set[tuple[str, int]] = set()
+        for gp in grid:
+            sha = shas.get((gp.trace, gp.block_size)) or shas[gp.trace]
+            if (sha, gp.block_size) not in checked:
+                checked.add((sha, gp.block_size))
+                check_cost(setup.model, gp.block_size, trace=traces[sha])
     groups: dict[tuple[Any, ...], list[GridPoint]] = {}
     kinds: dict[str, tuple[Any, ...]] = {}
     for gp in grid:

@@ -284,6 +284,7 @@ def check_every_value(cfg: SweepConfig) -> None:
 
         for name in unique(cfg.semantics):
             require_spec(name, f"a hierarchy (tiers={cfg.tiers.name or '...'})")
+    _check_grid_size(cfg)
     if cfg.tiers is not None:
         given = [k for k in NOT_WITH_TIERS if getattr(cfg, k) is not None]
         if given:
@@ -310,6 +311,87 @@ def check_every_value(cfg: SweepConfig) -> None:
                 values = unique(getattr(tier, key))
                 if key not in used and values != defaults[key]:
                     check_policy_values(f"tiers.{level}.{key}", key, values)
+
+
+def _distinct(values: Sequence[Any] | None, default: int = 1) -> int:
+    return default if values is None else len(unique(values))
+
+
+def grid_size_bound(cfg: SweepConfig) -> int:
+    """How many points the grid has at most (before repeats are removed), counted from the
+    lengths of its lists without building a point: a parameter a policy (or router) lacks
+    does not multiply it, as in :func:`_plan_grid` and :func:`sweep.cluster.cluster_specs`."""
+    from .config import DEFAULT_CAPACITIES, ROUTER_PARAM_KEYS, TIER_LEVELS
+
+    traces = _distinct(cfg.trace) * _distinct(cfg.block_size)
+    if cfg.tiers is not None:
+        tiers = _distinct(cfg.tiers.mode)
+        for level in TIER_LEVELS:
+            tier = getattr(cfg.tiers, level)
+            if tier is None or level not in cfg.tiers.order:
+                continue
+            tiers *= _distinct(tier.capacity) * _per_policy(unique(tier.policy), tier)
+        return traces * tiers
+    if cfg.cache_size is not None:
+        sizes = _distinct(cfg.cache_size)
+    else:
+        sizes = _distinct(cfg.capacity, len(DEFAULT_CAPACITIES))
+    clusters = 1
+    if cfg.instances is not None or cfg.router is not None:
+        from prefixsim.cluster import get_router
+
+        clusters = 0
+        for name in unique(cfg.router if cfg.router is not None else ["round_robin"]):
+            try:
+                names = get_router(name).params_type.field_names()
+            except ParameterError:
+                continue  # an unknown router: cluster_specs names it
+            combos = 1
+            for key in ROUTER_PARAM_KEYS:
+                if key in names:
+                    combos *= _distinct(getattr(cfg, key))
+            clusters += combos
+        clusters *= _distinct(cfg.instances)
+    # At most: each option multiplies only the semantics that have it (sweep.semantics).
+    semantics = (
+        _distinct(cfg.semantics) * _distinct(cfg.unhashed_free) * _distinct(cfg.cache_output_blocks)
+    )
+    return traces * sizes * _per_policy(unique(cfg.policy), cfg) * clusters * semantics
+
+
+def _per_policy(policies: Sequence[str], values: Any) -> int:
+    """The points of one capacity: each policy times the values of the parameters it has."""
+    total = 0
+    for policy in policies:
+        try:
+            names = prefixsim.get_policy(policy).params_type.field_names()
+        except ParameterError:
+            continue  # an unknown policy: the planner names it
+        combos = 1
+        for key in POLICY_PARAM_KEYS:
+            if key in names:
+                combos *= _distinct(getattr(values, key))
+        total += combos
+    return total
+
+
+def _check_grid_size(cfg: SweepConfig) -> None:
+    """Refuse a grid of more than :data:`sweep.ranges.MAX_GRID_POINTS` points before any is
+    built (``capacity=range(1,100000) block_size=range(1,100000)`` is ten billion), with the
+    memory it would need."""
+    from .config import GRID_KEYS, TIER_LEVELS, TIER_PARAM_KEYS
+    from .ranges import too_many
+
+    reason = too_many("the grid", grid_size_bound(cfg), "points")
+    if reason is not None:
+        lists = [(key, getattr(cfg, key)) for key in GRID_KEYS if key != "policy" or not cfg.tiers]
+        if cfg.tiers is not None:
+            for level in TIER_LEVELS:
+                tier = getattr(cfg.tiers, level)
+                if tier is not None and level in cfg.tiers.order:
+                    lists.extend((f"tiers.{level}.{k}", getattr(tier, k)) for k in TIER_PARAM_KEYS)
+        lengths = [f"{key}: {n:,}" for key, values in lists if (n := _distinct(values, 0)) > 1]
+        raise PlanError(f"{reason}; values per key: {', '.join(lengths)}")
 
 
 _SCHEMA_DEFAULTS: dict[str, Any] = {}
