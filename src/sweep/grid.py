@@ -320,7 +320,7 @@ def _distinct(values: Sequence[Any] | None, default: int = 1) -> int:
 def grid_size_bound(cfg: SweepConfig) -> int:
     """How many points the grid has at most (before repeats are removed), counted from the
     lengths of its lists without building a point: a parameter a policy (or router) lacks
-    does not multiply it, as in :func:`_plan_grid` and :func:`sweep.cluster.cluster_specs`."""
+    does not multiply it, as in :func:`plan_grid` and :func:`sweep.cluster.cluster_specs`."""
     from .config import DEFAULT_CAPACITIES, ROUTER_PARAM_KEYS, TIER_LEVELS
 
     traces = _distinct(cfg.trace) * _distinct(cfg.block_size)
