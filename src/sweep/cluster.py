@@ -26,15 +26,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 import prefixsim
-from prefixsim import PolicyParams, Trace
+from prefixsim import Cluster
 
 from .config import ROUTER_PARAM_KEYS
 from .costing import as_profile
 from .values import unique
 
 if TYPE_CHECKING:
-    from prefixsim.cluster import ClusterResult, LoadModel, RouterParams
-    from prefixsim.semantics import Semantics
+    from prefixsim.cluster import ClusterResult, LoadModel
 
 # prefixsim.cluster (its kernels, routers and load model) is imported by the functions that
 # use it: a sweep without cluster points does not wait 0.03 s for it before its first replay.
@@ -69,12 +68,9 @@ RESULT_FIELDS: tuple[pa.Field, ...] = (
 
 
 @dataclass(frozen=True)
-class ClusterSpec:
-    """A point's cluster: how many instances, the router, and the load model (or None)."""
-
-    instances: int
-    router: RouterParams
-    load: LoadModel | None
+class ClusterSpec(Cluster):
+    """A point's cluster (:class:`prefixsim.Cluster`: how many instances, the router, and the
+    load model or None), with its identity and its description for the sweep."""
 
     def to_dict(self) -> dict[str, Any]:
         """The identity of the cluster (part of the point key) and its parameter columns."""
@@ -140,20 +136,6 @@ def cluster_specs(cfg: Any) -> list[ClusterSpec | None]:
                 prefixsim.policies.base.check_int("instances", n, 1, 4096)
                 specs.append(ClusterSpec(int(n), router, load))
     return specs
-
-
-def run_point(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    spec: ClusterSpec,
-    semantics: Semantics | None = None,
-) -> ClusterResult:
-    from prefixsim.cluster import replay_cluster_params
-
-    return replay_cluster_params(
-        trace, params, block_size, spec.instances, spec.router, spec.load, semantics=semantics
-    )
 
 
 def result_columns(result: ClusterResult) -> dict[str, Any]:

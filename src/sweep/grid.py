@@ -21,7 +21,6 @@ import itertools
 import json
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import prefixsim
@@ -32,83 +31,10 @@ from prefixsim.semantics import Semantics
 from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
 from .costing import cost_setup, grid_sizes
+from .points import GridPoint, PlanError, Point, check_block_size
 from .semantics import SPEC, grid_semantics
-from .semantics import describe as describe_semantics
 from .semantics import key_document as semantics_document
 from .values import unique
-
-
-class PlanError(prefixsim.PrefixSimError):
-    """A grid that cannot be run (one line for the user)."""
-
-
-@dataclass(frozen=True)
-class GridPoint:
-    """A point before its trace is loaded (the trace is referred to as typed)."""
-
-    trace: str
-    params: PolicyParams
-    block_size: int
-    cache_bytes: int | None = None
-    """The cache in bytes (with a model: the ``cache_size`` given, or capacity times the bytes
-    per block); None without a model."""
-    cluster: ClusterSpec | None = None
-    """Instances behind a router (``sweep.cluster``); None for a single-cache point."""
-    semantics: Semantics = SPEC
-    """The replay's hit rule (``sweep.semantics``)."""
-
-    @property
-    def policy(self) -> str:
-        return self.params.policy
-
-    def describe(self) -> str:
-        """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
-        items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
-        items.update(describe_semantics(self.semantics))
-        if self.cache_bytes is not None:
-            items["cache_bytes"] = self.cache_bytes
-        if self.cluster is not None:
-            items.update(self.cluster.describe())
-        return " ".join(f"{k}={v}" for k, v in items.items())
-
-
-@dataclass(frozen=True)
-class Point:
-    """A point of the sweep, with its identity in the run directory."""
-
-    point_id: int
-    key: str
-    trace: str
-    """The trace as typed (bundled name or path), as loaded into :class:`prefixsim.Trace`."""
-    trace_sha256: str
-    params: PolicyParams
-    block_size: int
-    cache_bytes: int | None = None
-    """See :attr:`GridPoint.cache_bytes`."""
-    cluster: ClusterSpec | None = None
-    """See :attr:`GridPoint.cluster`."""
-    semantics: Semantics = SPEC
-    """See :attr:`GridPoint.semantics`."""
-
-    @property
-    def policy(self) -> str:
-        return self.params.policy
-
-    def param(self, name: str) -> Any:
-        """Value of a policy parameter, or None when the policy does not have it."""
-        return getattr(self.params, name, None)
-
-    def describe(self) -> str:
-        items = {
-            "point_id": self.point_id,
-            "trace": self.trace,
-            "block_size": self.block_size,
-            **self.params.to_dict(),
-            **describe_semantics(self.semantics),
-        }
-        if self.cluster is not None:
-            items.update(self.cluster.describe())
-        return " ".join(f"{k}={v}" for k, v in items.items())
 
 
 def point_key(
@@ -259,12 +185,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _check_block_size(value: int) -> int:
-    from prefixsim.policies.base import check_int
-
-    return check_int("block_size", value, 1)
-
-
+@gc_paused()
 def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     """The grid's points in order (trace, policy, capacity, block_size, then the policy's
     parameters), deduplicated, each validated by the engine. The capacities are ``capacity``,
@@ -274,11 +195,6 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
     what is allowed and, for an invalid point, how many points are invalid.
     """
-    with gc_paused():
-        return _plan_grid(cfg)
-
-
-def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     check_every_value(cfg)
     if cfg.tiers is not None:  # a hierarchy's grid (the tiers group): sweep/tiers.py
         from .tiers import plan_tiers
@@ -288,7 +204,7 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     policies = unique(cfg.policy)
     for name in policies:
         prefixsim.get_policy(name)  # unknown policy: ParameterError naming the known ones
-    block_sizes = [_check_block_size(b) for b in unique(cfg.block_size)]
+    block_sizes = [check_block_size(b) for b in unique(cfg.block_size)]
     if cfg.capacity is not None:
         cfg = dataclasses.replace(cfg, capacity=unique(cfg.capacity))
     sizes = grid_sizes(cfg, block_sizes, cost_setup(cfg))
@@ -404,7 +320,7 @@ def _distinct(values: Sequence[Any] | None, default: int = 1) -> int:
 def grid_size_bound(cfg: SweepConfig) -> int:
     """How many points the grid has at most (before repeats are removed), counted from the
     lengths of its lists without building a point: a parameter a policy (or router) lacks
-    does not multiply it, as in :func:`_plan_grid` and :func:`sweep.cluster.cluster_specs`."""
+    does not multiply it, as in :func:`plan_grid` and :func:`sweep.cluster.cluster_specs`."""
     from .config import DEFAULT_CAPACITIES, ROUTER_PARAM_KEYS, TIER_LEVELS
 
     traces = _distinct(cfg.trace) * _distinct(cfg.block_size)
@@ -605,6 +521,7 @@ def unused_parameters(cfg: SweepConfig) -> list[str]:
     return out
 
 
+@gc_paused()
 def assign_points(
     grid: Sequence[GridPoint],
     shas: dict[Any, str],
@@ -619,16 +536,6 @@ def assign_points(
 
     Returns the points and the updated registry.
     """
-    with gc_paused():
-        return _assign_points(grid, shas, registry, cost_identity)
-
-
-def _assign_points(
-    grid: Sequence[GridPoint],
-    shas: dict[Any, str],
-    registry: dict[str, int],
-    cost_identity: dict[str, Any] | None,
-) -> tuple[list[Point], dict[str, int]]:
     registry = dict(registry)
     next_id = max(registry.values(), default=-1) + 1
     points: list[Point] = []

@@ -6,7 +6,7 @@ replays every combination of the hierarchy's grid keys (``tiers.mode`` and each 
 multiplying it) on every trace and block size. A point's parameters are a
 :class:`prefixsim.tiers.Hierarchy`, whose ``to_dict()`` (and so the point's ``point_key``)
 names every tier; ``policy`` is ``TIERS`` and ``capacity`` the total over the tiers. The
-engine does the work (:func:`prefixsim.tiers.replay_hierarchy`); this module only declares.
+engine does the work (:func:`prefixsim.run_scenario`); this module only declares.
 """
 
 from __future__ import annotations
@@ -19,26 +19,18 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 import prefixsim
-from prefixsim import ParameterError, PolicyParams, Trace
+from prefixsim import ParameterError, PolicyParams
 from prefixsim.hardware import HardwareProfile
-from prefixsim.semantics import Semantics
-from prefixsim.tiers import (
-    COUNTER_NAMES,
-    MEDIA,
-    Hierarchy,
-    Tier,
-    TieredResult,
-    make_tier,
-    replay_hierarchy,
-)
+from prefixsim.tiers import COUNTER_NAMES, MEDIA, Hierarchy, Tier, make_tier
 from prefixsim.units import MAX_BYTES
 
 from .config import POLICY_PARAM_KEYS, TIER_LEVELS, SweepConfig, TierConfig
 from .costing import CostSetup, cost_setup
+from .points import GridPoint, PlanError, Point, check_block_size
+from .values import unique
 
 if TYPE_CHECKING:
-    from .grid import GridPoint, Point
-    from .run import Outcome
+    from .outcome import Outcome
 
 MAX_TIERS = len(TIER_LEVELS)
 """Tiers with columns of their own in results.parquet (``tier0_*`` ... ``tier3_*``)."""
@@ -81,9 +73,6 @@ def _tier_grid(level: str, tc: TierConfig) -> list[Tier]:
 
 def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
     """The hierarchy grid's points: traces x block sizes x modes x each tier's grid."""
-    from .grid import GridPoint, PlanError, _check_block_size
-    from .values import unique
-
     tc = cfg.tiers
     assert tc is not None
     if not tc.order:
@@ -108,7 +97,7 @@ def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
                 name = f"{levels[int(match[1])]}.{match[2]}" if match else err.name
                 raise ParameterError(f"tiers.{name}", err.value, err.allowed) from None
             hierarchies.append(hierarchy)
-    block_sizes = [_check_block_size(b) for b in unique(cfg.block_size)]
+    block_sizes = [check_block_size(b) for b in unique(cfg.block_size)]
     setup = cost_setup(cfg)
     if setup is not None and setup.hardware is not None:
         for level in levels:  # every tier's hits are charged at its medium's bandwidth
@@ -157,17 +146,6 @@ def hierarchy_cost_inputs(params: PolicyParams, outcome: Outcome) -> dict[str, A
         "tier_hit_tokens": outcome.tier_hit_tokens,
         "media": [t.medium for t in params.tiers],
     }
-
-
-def replay_point(
-    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics | None = None
-) -> prefixsim.ReplayResult | TieredResult:
-    """One point's replay: a hierarchy through the tier engine, a policy through its own."""
-    if isinstance(params, Hierarchy):
-        return replay_hierarchy(trace, params, block_size, semantics=semantics)
-    if semantics is None or semantics.name == "spec":
-        return prefixsim.replay_params(trace, params, block_size)  # today's call, as it was
-    return prefixsim.replay_params(trace, params, block_size, semantics=semantics)
 
 
 def tier_columns(points: Sequence[Point], outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
