@@ -8,23 +8,26 @@ request in trace order,
 2. hit tokens = ``min(k * block_size, input_length)``;
 3. then every block of the request, hit or miss, is accessed in order through the policy.
 
-``engine="kernel"`` runs the policy's compiled kernel over dense block ids; ``"reference"`` runs
-the plain-Python reference with the loop below. Tests hold the two equal per request.
+``engine="kernel"`` runs the compiled single-cache driver over the policy's steps (or the
+policy's fast kernel, :mod:`prefixsim.engine.single`) on dense block ids; ``"reference"`` runs
+the plain-Python reference with :func:`reference_request`, the reference driver of one cache.
+Tests hold the two equal per request.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from ._exact import HitTotals
+from .engine import single
 from .errors import ParameterError
-from .policies import PolicyParams, get_policy
+from .policies import PolicyParams, ReferencePolicy, get_policy
 from .policies.base import check_int
 from .trace import Trace, check_block_size_matches, load_trace
 
@@ -141,20 +144,17 @@ def replay_params(
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     check_block_size_matches(trace, block_size)
     spec = get_policy(params.policy)
-    names = spec.counter_names
     start = time.perf_counter()
     if engine == "kernel":
-        cnt = np.zeros(len(names), np.int64)
-        hit_tokens, final = spec.kernel(
+        hit_tokens, final, counters = single.run(
+            spec,
+            params,
             trace.block_ids,
             trace.offsets,
             trace.input_lengths,
             trace.n_blocks,
             block_size,
-            cnt,
-            *spec.kernel_inputs(params, trace.n_blocks),
         )
-        counters = dict(zip(names, cnt.tolist(), strict=True))
     elif engine == "reference":
         hit_tokens, final, counters = _reference_replay(trace, params, block_size)
     else:
@@ -174,10 +174,25 @@ def replay_params(
     )
 
 
+def reference_request(
+    cache: ReferencePolicy, hash_ids: Sequence[Hashable], input_length: int, block_size: int
+) -> int:
+    """One request on one reference cache, the specification's rule: ``k`` = the leading
+    blocks resident at arrival (stopping at the first that is not), hit tokens
+    ``min(k * block_size, input_length)``; then every block accessed in order through the
+    policy's steps (:meth:`~prefixsim.policies.ReferencePolicy.access_request`)."""
+    k = 0
+    while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
+        k += 1
+    cache.access_request(hash_ids)
+    return min(k * block_size, input_length)
+
+
 def _reference_replay(
     trace: Trace, params: PolicyParams, block_size: int
 ) -> tuple[np.ndarray, int, dict[str, int]]:
-    """The replay loop of the specification, over the plain-Python reference policy."""
+    """The reference driver of one cache: :func:`reference_request` for every request in trace
+    order, over the plain-Python reference policy (``prepare``d with the whole stream)."""
     cache = get_policy(params.policy).reference(params)
     block_ids = trace.block_ids.tolist()
     offsets = trace.offsets.tolist()
@@ -185,9 +200,5 @@ def _reference_replay(
     hit_tokens = np.empty(trace.n_requests, np.int64)
     for r, input_length in enumerate(trace.input_lengths.tolist()):
         hash_ids = block_ids[offsets[r] : offsets[r + 1]]
-        k = 0
-        while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
-            k += 1
-        hit_tokens[r] = min(k * block_size, input_length)
-        cache.access_request(hash_ids)
+        hit_tokens[r] = reference_request(cache, hash_ids, input_length, block_size)
     return hit_tokens, cache.resident_count(), dict(cache.counters)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._exact import HitTotals
+from ..engine import single
 from ..errors import ParameterError
 from ..hardware import HardwareProfile
 from ..models import ModelProfile
@@ -292,19 +293,18 @@ def _static_cluster(
         # offsets_all holds each instance's offsets (n_i + 1 of them) one after the other.
         sub_offsets = offsets_all[req_start[i] + i : req_start[i + 1] + i + 1]
         sub_blocks = blocks_all[acc_start[i] : acc_start[i + 1]]
-        cnt = np.zeros(len(spec.counter_names), np.int64)
-        sub_hits, final = spec.kernel(
+        sub_hits, final, sub_counters = single.run(
+            spec,
+            params,
             sub_blocks,
             sub_offsets,
             trace.input_lengths[rows],
             int(n_local[i]),
             block_size,
-            cnt,
-            *spec.kernel_inputs(params, int(n_local[i])),
         )
         hits[rows] = sub_hits
-        finals.append(int(final))
-        counters.append(dict(zip(spec.counter_names, cnt.tolist(), strict=True)))
+        finals.append(final)
+        counters.append(sub_counters)
     delay = prefill = service = None
     if load is not None:
         delay, prefill, service = fcfs_kernel(
@@ -357,7 +357,7 @@ def _dynamic_cluster(
         load.constants(block_size),
         cnt,
         _pair_table(trace, instances),
-        *spec.kernel_args(params),
+        *spec.kernel_args(params),  # type: ignore[misc]  # LRU and S3FIFO have them
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
     return RawCluster(instance, hits, delay, prefill, service, finals.tolist(), counters)

@@ -331,7 +331,7 @@ SPEC = register(
         name="ARC",
         params_type=ARCParams,
         reference=ARCReference,
-        kernel=arc_kernel,
+        fast_kernel=arc_kernel,
         kernel_args=_kernel_args,
     )
 )

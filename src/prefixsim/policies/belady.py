@@ -233,7 +233,7 @@ SPEC = register(
         name="BELADY",
         params_type=BeladyParams,
         reference=BeladyReference,
-        kernel=belady_kernel,
+        fast_kernel=belady_kernel,
         kernel_args=_kernel_args,
     )
 )

@@ -160,7 +160,7 @@ SPEC = register(
         name="CLOCK",
         params_type=CLOCKParams,
         reference=CLOCKReference,
-        kernel=clock_kernel,
+        fast_kernel=clock_kernel,
         kernel_args=_kernel_args,
     )
 )

@@ -122,7 +122,7 @@ SPEC = register(
         name="FIFO",
         params_type=FIFOParams,
         reference=FIFOReference,
-        kernel=fifo_kernel,
+        fast_kernel=fifo_kernel,
         kernel_args=_kernel_args,
     )
 )

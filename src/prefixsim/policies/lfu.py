@@ -198,7 +198,7 @@ SPEC = register(
         name="LFU",
         params_type=LFUParams,
         reference=LFUReference,
-        kernel=lfu_kernel,
+        fast_kernel=lfu_kernel,
         kernel_args=_kernel_args,
     )
 )

@@ -368,7 +368,7 @@ SPEC = register(
         name="LRU_LEAF",
         params_type=LRULeafParams,
         reference=LRULeafReference,
-        kernel=lru_leaf_kernel,
+        fast_kernel=lru_leaf_kernel,
         kernel_args=_kernel_args,
     )
 )

@@ -200,7 +200,7 @@ SPEC = register(
         name="LRU_TAIL_FIRST",
         params_type=LRUTailFirstParams,
         reference=LRUTailFirstReference,
-        kernel=lru_tail_first_kernel,
+        fast_kernel=lru_tail_first_kernel,
         kernel_args=_kernel_args,
     )
 )

@@ -40,11 +40,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
+from ..engine.lists import link_array, pop_head, push, scalars, unlink
+from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
 from .base import (
     COMMON_COUNTERS,
@@ -206,7 +208,127 @@ class S3FIFOReference(ReferencePolicy):
         self.G[h] = None
 
 
-# --- compiled kernel ------------------------------------------------------------------------
+# --- steps ----------------------------------------------------------------------------------
+# S, M and G are lists (engine.lists' link pairs; an id is in at most one of them), so that a
+# block can leave S or M from the middle (a tier's removal). Per id, ``st[h] = freq * 4 +
+# where`` as in the fast kernel below (where 0: none, 1: G, 2: S, 3: M; resident is ``st & 2``).
+# Per cache ``sc[9q:9q+9]`` = the ends of S, M and G, then |S|, |M|, |G|. One admission evicts
+# at most one block into G (S's cold head, or M's victim after a promotion or a ghost hit), so
+# ``admit`` is straight-line code: the block's own move (to S, or from G to M), then the
+# admission to M of the block that goes there, if any, then the one G insertion, if any. Those
+# steps touch disjoint blocks, so this order changes no outcome of the specification's.
+
+_NONE, _IN_G, _IN_S, _IN_M = 0, 1, 2, 3
+_INT32_MAX_FIELD = 2**29  # x * 4 + 3 <= 2**31 - 1 for every x < 2**29
+_S, _M, _G, _NS, _NM, _NG = 0, 2, 4, 6, 7, 8  # offsets in a cache's scalars
+_K = 9
+
+
+class S3FIFOState(NamedTuple):
+    link: np.ndarray
+    st: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    small_cap: int
+    main_cap: int
+    saturated: int  # max_freq * 4: st[h] < saturated exactly when freq < max_freq
+    ghost_freq: int
+
+
+def s3fifo_state(p: S3FIFOParams, space: Space) -> S3FIFOState:
+    wide = p.max_freq >= _INT32_MAX_FIELD
+    return S3FIFOState(
+        link_array(space.n_ids),
+        zeroed_state(space.n_ids, np.int64 if wide else np.int32),
+        scalars(space.n_caches, -1, -1, -1, -1, -1, -1, 0, 0, 0),
+        counter_array(space.n_caches, S3FIFOReference.counter_names),
+        p.small_cap,
+        p.main_cap,
+        p.max_freq * 4,
+        p.ghost_freq,
+    )
+
+
+def s3fifo_is_resident(s, q, h):
+    return s.st[ix(h)] & 2 != 0
+
+
+def s3fifo_hit(s, q, h, pred):
+    x = s.st[ix(h)]
+    if x < s.saturated:
+        s.st[ix(h)] = x + 4
+
+
+def s3fifo_admit(s, q, h, pred):
+    link, st, sc = s.link, s.st, s.sc
+    e = _K * q
+    victim = -1  # the block this access evicts into G, if any
+    to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
+    to_m_freq = 0
+    if st[ix(h)] & 3 == _IN_G:  # a ghost hit re-admits h to M with ghost_freq
+        s.cnt[ix(q), 2] += 1
+        unlink(link, sc, e + _G, h)
+        sc[ix(e + _NG)] -= 1
+        to_m = h
+        to_m_freq = s.ghost_freq
+    else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
+        if sc[ix(e + _NS)] >= s.small_cap:
+            v = pop_head(link, sc, e + _S)
+            vs = st[ix(v)]
+            if vs >= 4:
+                s.cnt[ix(q), 3] += 1
+                to_m = v
+                to_m_freq = vs >> 2
+            else:
+                victim = v
+        else:
+            sc[ix(e + _NS)] += 1
+        push(link, sc, e + _S, h)
+        st[ix(h)] = _IN_S  # freq 0
+    if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
+        if sc[ix(e + _NM)] >= s.main_cap:
+            while True:
+                v = pop_head(link, sc, e + _M)
+                vs = st[ix(v)]
+                if vs < 4:  # freq 0: evicted to G
+                    victim = v
+                    break
+                st[ix(v)] = vs - 4  # requeued at the tail with freq - 1
+                push(link, sc, e + _M, v)
+        else:
+            sc[ix(e + _NM)] += 1
+        push(link, sc, e + _M, to_m)
+        st[ix(to_m)] = to_m_freq * 4 + _IN_M
+    if victim >= 0:  # insert_to_G (a victim of S or M, so never already in G)
+        if sc[ix(e + _NG)] >= s.main_cap:  # ghost_cap = main_cap: G drops its oldest
+            st[ix(pop_head(link, sc, e + _G))] = _NONE
+        else:
+            sc[ix(e + _NG)] += 1
+        push(link, sc, e + _G, victim)
+        st[ix(victim)] = _IN_G
+    return victim
+
+
+def s3fifo_remove(s, q, h):
+    # Out of S or M without a ghost entry: the block moved to a faster tier.
+    e = _K * q
+    if s.st[ix(h)] & 3 == _IN_S:
+        unlink(s.link, s.sc, e + _S, h)
+        s.sc[ix(e + _NS)] -= 1
+    else:
+        unlink(s.link, s.sc, e + _M, h)
+        s.sc[ix(e + _NM)] -= 1
+    s.st[ix(h)] = _NONE
+
+
+STEPS = Steps(
+    S3FIFOState, s3fifo_state, s3fifo_is_resident, s3fifo_hit, s3fifo_admit, remove=s3fifo_remove
+)
+
+
+# --- fast kernel ----------------------------------------------------------------------------
+# The single cache, hand-fused: S, M and G as rings instead of lists (a ring cannot lose a block
+# from the middle, so this layout has no removal; nothing leaves the middle of one cache).
 # Per-block state, indexed by dense block id, is one integer ``st[h] = x * 4 + where``:
 #
 #   where  0: in no queue (never seen, or dropped from G)     x = 0
@@ -271,9 +393,6 @@ class S3FIFOReference(ReferencePolicy):
 # Every subscript is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): each index above is
 # non-negative, so numba's negative-index fix-up, three instructions in every address, is
 # skipped (1.24-1.32x).
-
-_NONE, _IN_G, _IN_S, _IN_M = 0, 1, 2, 3
-_INT32_MAX_FIELD = 2**29  # x * 4 + 3 <= 2**31 - 1 for every x < 2**29
 
 
 @njit(cache=True, nogil=True)
@@ -429,7 +548,8 @@ SPEC = register(
         name="S3FIFO",
         params_type=S3FIFOParams,
         reference=S3FIFOReference,
-        kernel=s3fifo_kernel,
+        steps=STEPS,
+        fast_kernel=s3fifo_kernel,
         kernel_args=_kernel_args,
         kernel_state=_kernel_state,
     )

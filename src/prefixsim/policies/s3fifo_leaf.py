@@ -332,7 +332,7 @@ SPEC = register(
         name="S3FIFO_LEAF",
         params_type=S3FIFOLeafParams,
         reference=S3FIFOLeafReference,
-        kernel=s3fifo_leaf_kernel,
+        fast_kernel=s3fifo_leaf_kernel,
         kernel_args=_kernel_args,
     )
 )

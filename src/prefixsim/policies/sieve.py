@@ -226,7 +226,7 @@ SPEC = register(
         name="SIEVE",
         params_type=SIEVEParams,
         reference=SIEVEReference,
-        kernel=sieve_kernel,
+        fast_kernel=sieve_kernel,
         kernel_args=_kernel_args,
     )
 )
