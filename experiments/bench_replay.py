@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import Trace, load_trace, make_params, policy_names, replay_params
+from prefixsim.engine import single
 from prefixsim.policies import get_policy
 
 BASELINE = "ebaec63"
@@ -79,7 +80,7 @@ def main() -> None:
 
     policies = args.policies.split(",")
     for policy in policies:
-        kernel = get_policy(policy).kernel
+        kernel = get_policy(policy).kernel  # the fast kernel, or the single-cache driver
         start = time.perf_counter()
         replay_params(trace, make_params(policy, 2048), 512)
         first = time.perf_counter() - start
@@ -140,12 +141,14 @@ def kernel_runner(trace: Trace, ref: str, policies: list[str]) -> Callable[..., 
         spec = get_policy(policy)
         new_params = make_params(policy, capacity, **params)
         cnt = np.zeros(len(spec.counter_names), np.int64)
-        inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, 512, cnt)
+        inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, 512)
         wall, cpu = time.perf_counter(), time.thread_time()
         if old:  # allocating the kernel's state is part of its time, old or new
-            out = old_kernels[policy](*inputs, capacity, **params)
+            out = old_kernels[policy](*inputs, cnt, capacity, **params)
         else:
-            out = spec.kernel(*inputs, *spec.kernel_inputs(new_params, trace.n_blocks))
+            hit_tokens, final, counters = single.run(spec, new_params, *inputs)
+            out = (hit_tokens, final)
+            cnt[:] = list(counters.values())
         return time.perf_counter() - wall, time.thread_time() - cpu, (*out, cnt)
 
     return run
@@ -162,7 +165,7 @@ def against_baseline(trace: Trace, policies: list[str], repeat: int, ref: str) -
     run = kernel_runner(trace, ref, policies)
     n = trace.n_accesses
     print(f"\nagainst {ref}'s kernels, alternating, median of {repeat} (M accesses/s)")
-    header = (f"{'policy':<8}{'capacity':>9}{'new wall':>10}{'new CPU':>9}"
+    header = (f"{'policy':<15}{'capacity':>9}{'new wall':>10}{'new CPU':>9}"
               f"{'old wall':>10}{'old CPU':>9}{'new/old (CPU)':>15}")  # fmt: skip
     print(header)
     print("-" * len(header))
@@ -179,7 +182,7 @@ def against_baseline(trace: Trace, policies: list[str], repeat: int, ref: str) -
             }
             rates = [n / med[k][i] / 1e6 for k in (False, True) for i in (0, 1)]
             print(
-                f"{policy:<8}{capacity:>9,}{rates[0]:>10.1f}{rates[1]:>9.1f}{rates[2]:>10.1f}"
+                f"{policy:<15}{capacity:>9,}{rates[0]:>10.1f}{rates[1]:>9.1f}{rates[2]:>10.1f}"
                 f"{rates[3]:>9.1f}{med[True][1] / med[False][1]:>14.2f}x"
             )
 

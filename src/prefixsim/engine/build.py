@@ -9,6 +9,10 @@ template and tuple of policy states, made once per process):
   runtime is not needed, and without it the arrays handed to the inlined steps carry no
   reference counts (with them, the first tier kernel ran 15-20x slower, see docs/tiers.md);
 * ``nogil=True``: a driver touches no Python object, so the sweep runs replays on threads;
+* numba's pedantic SSA check warns (``NumbaIRAssumptionWarning``, "an internal pedantic check")
+  on some shapes of inlined steps, e.g. a step with an ``or`` called in a ``while ... and``
+  condition; the code it compiles is right (the tests hold every driver equal to the
+  references), so the warning is silenced while a driver compiles, and only then;
 * ``cache=True``, keyed by ``stamp``: numba's disk cache checks only the file of the function
   it compiles, not the files of what it inlined. The stamp is a hash of the driver's file, the
   engine's files and the files of the policies' steps, held in the driver's closure, which
@@ -22,17 +26,30 @@ from __future__ import annotations
 import hashlib
 import inspect
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from numba import njit
+from numba.core.errors import NumbaIRAssumptionWarning
+from numba.core.registry import CPUDispatcher
 
 from .steps import Steps
 
 _ENGINE_FILES = tuple(sorted(str(p) for p in Path(__file__).parent.glob("*.py")))
 _BUILT: dict[tuple[Any, ...], Any] = {}
 _LOCK = threading.Lock()
+
+
+class _Driver(CPUDispatcher):
+    """A dispatcher that compiles without numba's pedantic SSA warning (see above)."""
+
+    def _compile_for_args(self, *args: Any, **kws: Any) -> Any:
+        # numba calls this (from its C dispatcher) only when no compiled version matches
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+            return super()._compile_for_args(*args, **kws)  # type: ignore[misc]
 
 
 def _stamp(files: Sequence[str]) -> str:
@@ -55,5 +72,6 @@ def compiled(template: Callable[[str], Callable[..., Any]], steps: Sequence[Step
                 files.extend(s.source_files())
             fn = template(_stamp([f for f in files if f]))
             dispatcher = njit(cache=True, nogil=True, _nrt=False)(fn)  # type: ignore[call-overload]
+            dispatcher.__class__ = _Driver
             _BUILT[key] = dispatcher
     return dispatcher

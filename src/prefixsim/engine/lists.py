@@ -108,6 +108,16 @@ def insert_before(link, ends, e, h, at):
 
 
 @njit(inline="always")
+def push_front(link, ends, e, h):
+    """Insert ``h`` (in no list) at the head of list ``e``."""
+    head = ends[ix(e)]
+    if head < 0:
+        push(link, ends, e, h)
+    else:
+        insert_before(link, ends, e, h, head)
+
+
+@njit(inline="always")
 def after(link, h):
     """The id after ``h`` (toward the tail), -1 if ``h`` is the tail."""
     return link[ix(2 * h + 1)] - 2

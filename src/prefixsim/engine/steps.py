@@ -128,8 +128,19 @@ def register_steps(steps: Steps) -> Steps:
         raise TypeError(f"{steps.state.__name__}: a policy's state must be a NamedTuple class")
     if _BY_STATE.get(steps.state, steps) is not steps:
         raise ValueError(f"state {steps.state.__name__} already has steps")
+    for name, generic in _GENERIC.items():
+        fn = getattr(steps, name)
+        if fn is not None and _params(fn) != _params(generic):
+            raise TypeError(
+                f"{fn.__qualname__}: a {name} step takes ({', '.join(_params(generic))}), "
+                f"not ({', '.join(_params(fn))}): numba matches steps by their argument names"
+            )
     _BY_STATE[steps.state] = steps
     return steps
+
+
+def _params(fn: Any) -> tuple[str, ...]:
+    return tuple(inspect.signature(fn).parameters)
 
 
 def counter_array(n_caches: int, counter_names: tuple[str, ...]) -> np.ndarray:
@@ -181,6 +192,16 @@ def begin(s: Any, q: int, ids: Any, start: int, end: int) -> None:
 
 def end(s: Any, q: int) -> None:
     raise NotImplementedError("a step runs only inside a compiled driver")
+
+
+_GENERIC = {
+    "is_resident": is_resident,
+    "hit": hit,
+    "admit": admit,
+    "remove": remove,
+    "begin": begin,
+    "end": end,
+}
 
 
 @overload(is_resident, inline="always")

@@ -255,7 +255,7 @@ class PolicySpec:
     name: str
     params_type: type[PolicyParams]
     reference: type[ReferencePolicy]
-    steps: Steps = None  # type: ignore[assignment]  # TEMP
+    steps: Steps
     fast_kernel: Kernel | None = None
     """A hand-fused single-cache replay (see the module docstring), or None: the single-cache
     driver over ``steps``."""
@@ -305,8 +305,7 @@ def register(spec: PolicySpec) -> PolicySpec:
         raise ValueError(f"policy {spec.name!r} is already registered")
     if spec.params_type.policy != spec.name:
         raise ValueError(f"{spec.params_type.__name__}.policy must be {spec.name!r}")
-    if spec.steps is not None:
-        register_steps(spec.steps)
+    register_steps(spec.steps)
     _REGISTRY[spec.name] = spec
     return spec
 

@@ -259,53 +259,94 @@ def s3fifo_hit(s, q, h, pred):
         s.st[ix(h)] = x + 4
 
 
-def s3fifo_admit(s, q, h, pred):
-    link, st, sc = s.link, s.st, s.sc
+@njit(inline="always")
+def from_ghost(s, q, h):
+    """A ghost hit: ``h`` leaves G (for M)."""
+    s.cnt[ix(q), 2] += 1
+    unlink(s.link, s.sc, _K * q + _G, h)
+    s.sc[ix(_K * q + _NG)] -= 1
+
+
+@njit(inline="always")
+def into_small(s, q, h):
+    """admit_to_S(h): S's head leaves first if S is full; returns it (-1 if none). ``h`` joins
+    S's tail with freq 0 at once: it touches none of the blocks the head's move does."""
     e = _K * q
+    v = -1
+    if s.sc[ix(e + _NS)] >= s.small_cap:
+        v = pop_head(s.link, s.sc, e + _S)
+    else:
+        s.sc[ix(e + _NS)] += 1
+    push(s.link, s.sc, e + _S, h)
+    s.st[ix(h)] = _IN_S
+    return v
+
+
+@njit(inline="always")
+def main_is_full(s, q):
+    """Whether an admission to M must evict; if not, M grows by the block to come."""
+    if s.sc[ix(_K * q + _NM)] >= s.main_cap:
+        return True
+    s.sc[ix(_K * q + _NM)] += 1
+    return False
+
+
+@njit(inline="always")
+def requeue_head(s, q):
+    """Second chance: M's head moves to M's tail; returns it."""
+    v = pop_head(s.link, s.sc, _K * q + _M)
+    push(s.link, s.sc, _K * q + _M, v)
+    return v
+
+
+@njit(inline="always")
+def into_main(s, q, h, freq):
+    push(s.link, s.sc, _K * q + _M, h)
+    s.st[ix(h)] = freq * 4 + _IN_M
+
+
+@njit(inline="always")
+def into_ghost(s, q, v):
+    """insert_to_G(v), for a victim of S or M (so never already in G); ghost_cap = main_cap."""
+    e = _K * q
+    if s.sc[ix(e + _NG)] >= s.main_cap:  # G drops its oldest
+        s.st[ix(pop_head(s.link, s.sc, e + _G))] = _NONE
+    else:
+        s.sc[ix(e + _NG)] += 1
+    push(s.link, s.sc, e + _G, v)
+    s.st[ix(v)] = _IN_G
+
+
+def s3fifo_admit(s, q, h, pred):
     victim = -1  # the block this access evicts into G, if any
     to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
     to_m_freq = 0
-    if st[ix(h)] & 3 == _IN_G:  # a ghost hit re-admits h to M with ghost_freq
-        s.cnt[ix(q), 2] += 1
-        unlink(link, sc, e + _G, h)
-        sc[ix(e + _NG)] -= 1
+    if s.st[ix(h)] & 3 == _IN_G:  # a ghost hit re-admits h to M with ghost_freq
+        from_ghost(s, q, h)
         to_m = h
         to_m_freq = s.ghost_freq
-    else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
-        if sc[ix(e + _NS)] >= s.small_cap:
-            v = pop_head(link, sc, e + _S)
-            vs = st[ix(v)]
-            if vs >= 4:
+    else:  # S's head leaves, warm to M (freq kept), cold to G
+        v = into_small(s, q, h)
+        if v >= 0:
+            if s.st[ix(v)] >= 4:
                 s.cnt[ix(q), 3] += 1
                 to_m = v
-                to_m_freq = vs >> 2
+                to_m_freq = s.st[ix(v)] >> 2
             else:
                 victim = v
-        else:
-            sc[ix(e + _NS)] += 1
-        push(link, sc, e + _S, h)
-        st[ix(h)] = _IN_S  # freq 0
-    if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
-        if sc[ix(e + _NM)] >= s.main_cap:
+    if to_m >= 0:
+        if main_is_full(s, q):  # second chance until exactly one block is evicted
             while True:
-                v = pop_head(link, sc, e + _M)
-                vs = st[ix(v)]
+                v = s.sc[ix(_K * q + _M)]
+                vs = s.st[ix(v)]
                 if vs < 4:  # freq 0: evicted to G
+                    pop_head(s.link, s.sc, _K * q + _M)
                     victim = v
                     break
-                st[ix(v)] = vs - 4  # requeued at the tail with freq - 1
-                push(link, sc, e + _M, v)
-        else:
-            sc[ix(e + _NM)] += 1
-        push(link, sc, e + _M, to_m)
-        st[ix(to_m)] = to_m_freq * 4 + _IN_M
-    if victim >= 0:  # insert_to_G (a victim of S or M, so never already in G)
-        if sc[ix(e + _NG)] >= s.main_cap:  # ghost_cap = main_cap: G drops its oldest
-            st[ix(pop_head(link, sc, e + _G))] = _NONE
-        else:
-            sc[ix(e + _NG)] += 1
-        push(link, sc, e + _G, victim)
-        st[ix(victim)] = _IN_G
+                s.st[ix(requeue_head(s, q))] = vs - 4  # requeued at the tail with freq - 1
+        into_main(s, q, to_m, to_m_freq)
+    if victim >= 0:
+        into_ghost(s, q, victim)
     return victim
 
 
