@@ -7,15 +7,18 @@ ever a faster way to the driver's numbers.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_trace
-from prefixsim import Trace, make_params
+from prefixsim import ParameterError, Trace, make_params, policy_names, replay_params
 from prefixsim.engine import single
 from prefixsim.policies import PolicyParams, get_policy
+from prefixsim.tiers import MODES, replay_tiers
 from strategies import BLOCK_SIZES, conversations, policy_params
 
 FAST = ["LRU", "S3FIFO"]
@@ -46,3 +49,130 @@ def test_fast_kernel_is_the_driver_on_the_bundled_trace(
     conversation: Trace, policy: str, capacity: int
 ) -> None:
     steps_and_fast(conversation, make_params(policy, capacity), 512)
+
+
+# --- every policy in every position of a hierarchy ------------------------------------------
+
+ONLINE = [p for p in policy_names() if not get_policy(p).offline]
+
+
+def lower_tier_policies(mode: str) -> list[str]:
+    """What may sit below the first tier (docs/tiers.md): online policies, and in exclusive
+    mode only those with a removal."""
+    return [p for p in ONLINE if mode == "inclusive" or get_policy(p).removable]
+
+
+@st.composite
+def any_params(draw: st.DrawFn, policy: str, max_capacity: int = 24) -> dict[str, Any]:
+    """A tier's parameters for ``policy``, small enough that evictions and ghosts happen."""
+    names = get_policy(policy).params_type.field_names()
+    tier: dict[str, Any] = {"policy": policy, "capacity": draw(st.integers(1, max_capacity))}
+    if "small_ratio" in names:
+        tier["capacity"] = max(tier["capacity"], 2)
+        tier["small_ratio"] = draw(st.sampled_from([0.1, 0.25, 0.5, 0.75]))
+        tier["max_freq"] = draw(st.integers(0, 3))
+        tier["ghost_freq"] = draw(st.integers(0, tier["max_freq"]))
+        if not 1 <= round(tier["capacity"] * tier["small_ratio"]) <= tier["capacity"] - 1:
+            tier["small_ratio"] = 0.5
+    return tier
+
+
+THREE_TIERS = [["LRU_LEAF", "S3FIFO", "LFU"], ["ARC", "LRU_TAIL_FIRST", "SIEVE"]]
+"""Two three-tier hierarchies, whose middle tier both feeds a lower one and is fed."""
+
+
+@st.composite
+def hierarchies(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
+    """Every policy in every position it may take, beside LRU (each hierarchy of policies is a
+    driver compiled once: the set of them stays small)."""
+    mode = draw(st.sampled_from(MODES))
+    shape = draw(st.sampled_from(["alone", "first", "second", "three"]))
+    if shape == "alone":
+        policies = [draw(st.sampled_from(policy_names()))]
+    elif shape == "first":
+        policies = [draw(st.sampled_from(policy_names())), "LRU"]
+    elif shape == "second":
+        policies = ["LRU", draw(st.sampled_from(lower_tier_policies(mode)))]
+    else:
+        policies = draw(st.sampled_from(THREE_TIERS))
+    return [draw(any_params(p)) for p in policies], mode
+
+
+def assert_tiers_agree(trace: Trace, tiers: list[dict[str, Any]], mode: str, bs: int) -> None:
+    ref = replay_tiers(trace, tiers, mode, bs, engine="reference")
+    ker = replay_tiers(trace, tiers, mode, bs, engine="kernel")
+    np.testing.assert_array_equal(ker.hit_tokens, ref.hit_tokens)
+    np.testing.assert_array_equal(ker.tier_hit_tokens, ref.tier_hit_tokens)
+    assert ker.tier_counters == ref.tier_counters
+    assert ker.final_tier_blocks == ref.final_tier_blocks
+
+
+@settings(max_examples=400, deadline=None)
+@given(requests=conversations(), hierarchy=hierarchies(), block_size=st.sampled_from(BLOCK_SIZES))
+def test_every_policy_in_every_position_kernel_is_reference(
+    requests, hierarchy, block_size
+) -> None:  # type: ignore[no-untyped-def]
+    tiers, mode = hierarchy
+    assert_tiers_agree(make_trace(requests), tiers, mode, block_size)
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_one_tier_is_the_single_cache(conversation: Trace, policy: str) -> None:
+    single = replay_params(conversation, make_params(policy, 2048), 512)
+    for mode in MODES:
+        tiered = replay_tiers(conversation, [{"policy": policy, "capacity": 2048}], mode)
+        np.testing.assert_array_equal(tiered.hit_tokens, single.hit_tokens)
+        np.testing.assert_array_equal(tiered.tier_hit_tokens[0], single.hit_tokens)
+        assert tiered.final_tier_blocks == (single.final_cache_blocks,)
+        assert tiered.tier_counters[0]["hits"] == single.counters["block_hits"]
+        assert tiered.tier_counters[0]["evictions"] == single.counters["evictions"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("policy", policy_names())
+def test_refusals_are_the_documented_ones(policy: str, mode: str) -> None:
+    trace = make_trace([(1, [1])])
+    tiers = [{"policy": "LRU", "capacity": 2}, {"policy": policy, "capacity": 20}]
+    if policy in lower_tier_policies(mode):
+        replay_tiers(trace, tiers, mode)
+        assert policy not in ("BELADY",) and (mode == "inclusive" or policy not in ("CLOCK", "ARC"))
+    else:
+        with pytest.raises(ParameterError, match=r"tiers\[1\]\.policy"):
+            replay_tiers(trace, tiers, mode)
+        assert policy == "BELADY" or (mode == "exclusive" and policy in ("CLOCK", "ARC"))
+
+
+def test_a_demoted_block_is_not_the_requests_in_lru_tail_first() -> None:
+    # LRU(1) over LRU_TAIL_FIRST(2), exclusive, block_size 1.
+    # r0 [a b c]: a -> T0; b evicts a to T1, c evicts b to T1. Demoted blocks are not the
+    #   request's: they join T1's old blocks at the recent end, in order: T1 = [a b] (a LRU).
+    #   (Had they been placed by the request, its end would leave T1 = [b a].)
+    # r1 [d]: d evicts c from T0 into a full T1, which evicts its LRU block a: T1 = [b c].
+    # r2 [a]: a miss (1 token had a been kept); a evicts d into T1, which evicts b.
+    trace = make_trace([(3, ["a", "b", "c"]), (1, ["d"]), (1, ["a"])])
+    tiers = [{"policy": "LRU", "capacity": 1}, {"policy": "LRU_TAIL_FIRST", "capacity": 2}]
+    for engine in ("reference", "kernel"):
+        res = replay_tiers(trace, tiers, "exclusive", 1, engine=engine)  # type: ignore[arg-type]
+        assert res.hit_tokens.tolist() == [0, 0, 0]
+        assert res.tier_counters[1] == {"hits": 0, "admissions": 4, "demotions_in": 4,
+                                        "evictions": 2, "promotions_out": 0}  # fmt: skip
+        assert res.final_tier_blocks == (1, 2)
+
+
+def test_lru_leaf_as_a_first_tier_keeps_the_chain_head() -> None:
+    # LRU_LEAF(2) over LRU(4), exclusive, block_size 1.
+    # r0 [a b c]: a, then b under a; c: T0 full, the LRU leaf is b (a has the child b), so b is
+    #   demoted (LRU would demote a): T1 = [b]; c joins T0 under b; a is a leaf again.
+    # r1 [a b]: a from T0 (1 token), b from T1 (1 token). a hit; b removed from T1, admitted to
+    #   T0 under a, evicting the LRU leaf c to T1. T1 found b only (LRU over LRU: a and b).
+    trace = make_trace([(3, ["a", "b", "c"]), (2, ["a", "b"])])
+    tiers = [{"policy": "LRU_LEAF", "capacity": 2}, {"policy": "LRU", "capacity": 4}]
+    for engine in ("reference", "kernel"):
+        res = replay_tiers(trace, tiers, "exclusive", 1, engine=engine)  # type: ignore[arg-type]
+        assert res.hit_tokens.tolist() == [0, 2]
+        assert res.tier_hit_tokens[:, 1].tolist() == [1, 1]
+        assert res.tier_counters[0] == {"hits": 1, "admissions": 4, "demotions_in": 0,
+                                        "evictions": 2, "promotions_out": 0}  # fmt: skip
+        assert res.tier_counters[1] == {"hits": 1, "admissions": 2, "demotions_in": 2,
+                                        "evictions": 0, "promotions_out": 1}  # fmt: skip
+        assert res.final_tier_blocks == (2, 1)

@@ -1,33 +1,38 @@
 """Compiling a driver for the policies of one composition.
 
-A driver is written once, as a *template*: a function ``template(stamp)`` that returns the
-driver's Python function, which calls the generic steps of :mod:`prefixsim.engine.steps`.
-:func:`compiled` compiles it with numba for the states it is given (one dispatcher per
-template and tuple of policy states, made once per process):
+A driver is written once, as a *template*: a function ``template(stamp)`` returning the driver's
+Python function, which calls the generic step names of :mod:`prefixsim.engine.steps` (and
+functions of the rule, :mod:`prefixsim.engine.rules`). :func:`compiled` makes, once per process
+and composition (a policy; a hierarchy's policies), a copy of that function whose global names
+are bound to the composition's steps (:func:`rebind`), each compiled ``inline="always"``, and
+compiles it with numba:
 
+* numba inlines the steps into the driver before typing it: the compiled driver is the loop a
+  hand-written kernel would be, with no call per step;
 * ``_nrt=False``: a driver allocates nothing (its caller passes every array), so numba's
-  runtime is not needed, and without it the arrays handed to the inlined steps carry no
-  reference counts (with them, the first tier kernel ran 15-20x slower, see docs/tiers.md);
+  runtime is not needed, and without it the arrays handed to the steps carry no reference
+  counts (with them, the first tier kernel ran 15-20x slower, see docs/tiers.md);
 * ``nogil=True``: a driver touches no Python object, so the sweep runs replays on threads;
 * numba's pedantic SSA check warns (``NumbaIRAssumptionWarning``, "an internal pedantic check")
-  on some shapes of inlined steps, e.g. a step with an ``or`` called in a ``while ... and``
+  on some shapes of inlined code, e.g. a step with an ``or`` called in a ``while ... and``
   condition; the code it compiles is right (the tests hold every driver equal to the
   references), so the warning is silenced while a driver compiles, and only then;
-* ``cache=True``, keyed by ``stamp``: numba's disk cache checks only the file of the function
-  it compiles, not the files of what it inlined. The stamp is a hash of the driver's file, the
-  engine's files and the files of the policies' steps, held in the driver's closure, which
-  numba hashes into its cache key: editing a policy's steps recompiles every driver that
-  inlines them, and the drivers of different policies (one template each) sit side by side in
+* ``cache=True``, keyed by ``stamp``: numba's disk cache checks only the file of the function it
+  compiles, not the files of what it inlined. The stamp is a hash of the engine's files, the
+  package's policies, the files of the composition's steps and the composition's names (its
+  policies' states, its rule), held in the driver's closure,
+  which numba hashes into its cache key: editing a policy recompiles every driver that may
+  inline it, and the drivers of different compositions (one template each) sit side by side in
   one cache index.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import threading
+import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +40,11 @@ from numba import njit
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.core.registry import CPUDispatcher
 
-from .steps import Steps
-
-_ENGINE_FILES = tuple(sorted(str(p) for p in Path(__file__).parent.glob("*.py")))
+_PACKAGE = Path(__file__).resolve().parent.parent
+_ALWAYS = tuple(sorted({*_PACKAGE.glob("engine/*.py"), *_PACKAGE.glob("policies/*.py")}))
 _BUILT: dict[tuple[Any, ...], Any] = {}
-_LOCK = threading.Lock()
+_INLINED: dict[Any, Any] = {}
+_LOCK = threading.RLock()
 
 
 class _Driver(CPUDispatcher):
@@ -52,26 +57,65 @@ class _Driver(CPUDispatcher):
             return super()._compile_for_args(*args, **kws)  # type: ignore[misc]
 
 
-def _stamp(files: Sequence[str]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(set(files)):
-        digest.update(name.encode())
-        digest.update(Path(name).read_bytes())
+def rebind(fn: Callable[..., Any], names: dict[str, Any]) -> Callable[..., Any]:
+    """A copy of ``fn`` whose global ``names`` are the given objects (its code unchanged)."""
+    scope = dict(fn.__globals__)
+    scope.update(names)
+    copy = types.FunctionType(
+        fn.__code__,
+        scope,
+        fn.__name__,
+        fn.__defaults__,
+        fn.__closure__,
+    )
+    copy.__qualname__ = fn.__qualname__
+    copy.__module__ = fn.__module__
+    copy.__doc__ = fn.__doc__
+    return copy
+
+
+def inlined(fn: Callable[..., Any]) -> Any:
+    """``fn`` compiled ``inline="always"`` (once per function object; a numba function is
+    compiled again from its Python function, so that it is inlined whatever its options)."""
+    fn = getattr(fn, "py_func", fn)
+    with _LOCK:
+        dispatcher = _INLINED.get(fn)
+        if dispatcher is None:
+            dispatcher = njit(inline="always")(fn)
+            _INLINED[fn] = dispatcher
+    return dispatcher
+
+
+def inline_all(functions: dict[str, Callable[..., Any]]) -> dict[str, Any]:
+    return {name: inlined(fn) for name, fn in functions.items()}
+
+
+def _name(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _stamp(key: tuple[Any, ...], files: Iterable[Path]) -> str:
+    digest = hashlib.sha256(" ".join(map(_name, key)).encode())
+    for path in sorted(set(files)):
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
-def compiled(template: Callable[[str], Callable[..., Any]], steps: Sequence[Steps]) -> Any:
-    """The numba dispatcher of ``template`` for ``steps`` (a policy's, or a hierarchy's tiers',
-    fastest first), made on first use."""
-    key = (template, *(s.state for s in steps))
+def compiled(
+    template: Callable[[str], Callable[..., Any]],
+    key: tuple[Any, ...],
+    names: Callable[[], dict[str, Any]],
+    files: Iterable[str] = (),
+) -> Any:
+    """The numba dispatcher of ``template`` for one composition (``key``), made on first use
+    with its global ``names()`` bound; ``files``: the composition's own source files."""
     with _LOCK:
-        dispatcher = _BUILT.get(key)
+        dispatcher = _BUILT.get((template, *key))
         if dispatcher is None:
-            files = [inspect.getsourcefile(template) or "", *_ENGINE_FILES]
-            for s in steps:
-                files.extend(s.source_files())
-            fn = template(_stamp([f for f in files if f]))
+            stamp = _stamp(key, [*_ALWAYS, *(Path(f).resolve() for f in files)])
+            fn = rebind(template(stamp), names())
             dispatcher = njit(cache=True, nogil=True, _nrt=False)(fn)  # type: ignore[call-overload]
             dispatcher.__class__ = _Driver
-            _BUILT[key] = dispatcher
+            _BUILT[(template, *key)] = dispatcher
     return dispatcher

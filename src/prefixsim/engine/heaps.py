@@ -16,7 +16,7 @@ from numba import njit
 from .steps import ix
 
 
-@njit(inline="always")
+@njit
 def sift_down(heap, base, n, j, key):
     """Place ``key`` at slot ``j`` of a heap of ``n`` entries whose subtrees below ``j`` are
     heaps, moving smaller children up."""
@@ -33,7 +33,7 @@ def sift_down(heap, base, n, j, key):
     heap[ix(base + j)] = key
 
 
-@njit(inline="always")
+@njit
 def push(heap, base, n, key):
     """Add ``key`` to a heap of ``n`` entries (it then has ``n + 1``)."""
     j = n
@@ -46,13 +46,13 @@ def push(heap, base, n, key):
     heap[ix(base + j)] = key
 
 
-@njit(inline="always")
+@njit
 def pop(heap, base, n):
     """Remove the smallest key of a non-empty heap of ``n`` entries (it then has ``n - 1``)."""
     sift_down(heap, base, n - 1, 0, heap[ix(base + n - 1)])
 
 
-@njit(inline="always")
+@njit
 def heapify(heap, base, n):
     for j in range(n // 2 - 1, -1, -1):
         sift_down(heap, base, n, j, heap[ix(base + j)])

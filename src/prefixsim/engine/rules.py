@@ -1,8 +1,8 @@
 """The replay's rules, written once for every policy and composition.
 
-The *hit rule* turns a request's longest resident prefix into hit tokens. It is a value of the
-drivers (a ``rule`` argument, like a policy's state, resolved at compile time by its class):
-``docs/semantics.md``'s rule is :class:`SpecRule`:
+The *hit rule* turns a request's longest resident prefix into hit tokens. It is a value the
+drivers take (``rule``) and a :class:`Rule`, the three functions a driver is compiled with for
+the rule's class (:data:`RULES`); ``docs/semantics.md``'s is :class:`SpecRule`:
 
 * ``scan_limit(rule, n, length)``: how many of a request's ``n`` leading blocks may count as
   hits (the specification: all of them);
@@ -11,25 +11,25 @@ drivers (a ``rule`` argument, like a policy's state, resolved at compile time by
 * ``block_tokens(rule, j, length)``: the tokens of leading block ``j`` alone (a hierarchy
   credits each to the tier that held it); over ``j < k`` they sum to ``hit_tokens``.
 
-Another semantics (an engine's own hit rule) is another rule class registered with
-:func:`register_rule`; every driver then runs it for every policy, unchanged. A rule that also
-holds blocks of its own during a request (vLLM's partial last block, admitted through the policy
-and removed when the request ends) adds them in :func:`replay_request` and in the tier
-driver's request loop, the two places a request's accesses are made.
+Another semantics (an engine's own hit rule) is another rule class in :data:`RULES`; every
+driver then runs it for every policy, unchanged. A rule that also holds blocks of its own during
+a request (vLLM's partial last block, admitted through the policy and removed when the request
+ends) adds them in :func:`replay_request` and in the hierarchy driver's request loop
+(:mod:`prefixsim.engine.tiers`): the two places a request's accesses are made.
 
 :func:`replay_request` is the single cache's request, shared by the single-cache and cluster
-drivers: the prefix scan at arrival, then every block accessed in order, hit or miss.
+drivers; :func:`prefix_length` is a router's read-only look at one instance. Both are templates
+too: each composition compiles its own copy, its step names bound (:mod:`prefixsim.engine.build`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from numba import njit
-from numba.extending import overload
-
-from .steps import NO_PRED, admit, begin, end, hit, is_resident, ix
+from .build import inline_all, inlined, rebind
+from .steps import NO_PRED, Steps, admit, begin, end, hit, is_resident, ix
 
 
 class SpecRule(NamedTuple):
@@ -39,20 +39,20 @@ class SpecRule(NamedTuple):
     block_size: int
 
 
-_RULES: dict[type, dict[str, Callable[..., Any]]] = {}
+@dataclass(frozen=True)
+class Rule:
+    """A hit rule's functions (see the module docstring)."""
 
+    scan_limit: Callable[..., Any]
+    hit_tokens: Callable[..., Any]
+    block_tokens: Callable[..., Any]
 
-def register_rule(
-    rule: type,
-    scan_limit: Callable[..., Any],
-    hit_tokens: Callable[..., Any],
-    block_tokens: Callable[..., Any],
-) -> None:
-    _RULES[rule] = {
-        "scan_limit": scan_limit,
-        "hit_tokens": hit_tokens,
-        "block_tokens": block_tokens,
-    }
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "scan_limit": self.scan_limit,
+            "hit_tokens": self.hit_tokens,
+            "block_tokens": self.block_tokens,
+        }
 
 
 def _spec_scan_limit(rule, n, length):
@@ -71,7 +71,13 @@ def _spec_block_tokens(rule, j, length):
     return hi - lo if hi > lo else 0
 
 
-register_rule(SpecRule, _spec_scan_limit, _spec_hit_tokens, _spec_block_tokens)
+RULES: dict[type, Rule] = {
+    SpecRule: Rule(_spec_scan_limit, _spec_hit_tokens, _spec_block_tokens),
+}
+"""The hit rules the drivers run, by the class of their value."""
+
+
+# The rule's generic names (bound per composition, as the steps are).
 
 
 def scan_limit(rule: Any, n: int, length: int) -> int:
@@ -86,38 +92,18 @@ def block_tokens(rule: Any, j: int, length: int) -> int:
     raise NotImplementedError("a rule runs only inside a compiled driver")
 
 
-def _rule(rule_type: Any, name: str) -> Callable[..., Any] | None:
-    fns = _RULES.get(getattr(rule_type, "instance_class", type(None)))
-    return None if fns is None else fns[name]
-
-
-@overload(scan_limit, inline="always")
-def _scan_limit(rule, n, length):
-    return _rule(rule, "scan_limit")
-
-
-@overload(hit_tokens, inline="always")
-def _hit_tokens(rule, k, length):
-    return _rule(rule, "hit_tokens")
-
-
-@overload(block_tokens, inline="always")
-def _block_tokens(rule, j, length):
-    return _rule(rule, "block_tokens")
-
-
-@njit(inline="always")
 def prefix_length(s, q, ids, start, end_, limit):
     """The number of leading ``ids[start:end_]`` resident in cache ``q`` (at most ``limit``),
     read-only: a router's look at an instance."""
     k = start
     stop = min(end_, start + limit)
-    while k < stop and is_resident(s, q, ids[ix(k)]):
+    while k < stop:
+        if not is_resident(s, q, ids[ix(k)]):
+            break
         k += 1
     return k - start
 
 
-@njit(inline="always")
 def replay_request(s, q, ids, start, end_, length, rule):
     """One request on cache ``q``: ``(hit_tokens, block_hits, evictions)``.
 
@@ -151,3 +137,12 @@ def replay_request(s, q, ids, start, end_, length, rule):
         pred = h
     end(s, q)
     return tokens, hits, evictions
+
+
+def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
+    """What a one-policy driver's template is compiled with: the policy's steps, the rule's
+    functions, and :func:`replay_request` and :func:`prefix_length` bound to both."""
+    names = inline_all({**steps.functions(), **RULES[rule].functions()})
+    names["replay_request"] = inlined(rebind(replay_request, names))
+    names["prefix_length"] = inlined(rebind(prefix_length, names))
+    return names

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .build import compiled
-from .rules import SpecRule, replay_request
+from .rules import SpecRule, bound_names, replay_request
 from .steps import Space, Steps, ix
 
 
@@ -41,9 +41,11 @@ def _template(stamp: str) -> Any:
     return single_driver
 
 
-def driver(steps: Steps) -> Any:
+def driver(steps: Steps, rule: type = SpecRule) -> Any:
     """The compiled single-cache driver of ``steps`` (a numba dispatcher)."""
-    return compiled(_template, [steps])
+    return compiled(
+        _template, (steps.state, rule), lambda: bound_names(steps, rule), steps.source_files()
+    )
 
 
 def run_steps(

@@ -2,16 +2,16 @@
 
 A policy's compiled form is a *state* and its *steps*, registered together as a :class:`Steps`:
 
-* the state is a ``NamedTuple`` class of the policy's own (one class per policy): arrays indexed
-  by a cache-local *id* (a dense block id; in a cluster, a dense (instance, block) pair id), a
-  ``sc`` array of per-cache scalars (queue heads, sizes, a clock), constants from its
-  parameters, and ``cnt``, int64 ``[n_caches, len(counter_names)]``: its counters (the drivers
-  fill ``block_hits`` and ``evictions``, columns 0 and 1; the steps count the policy's own, from
-  column 2). One state holds ``n_caches`` independent caches over disjoint ids (a cluster's
-  instances); ``q`` names the cache. It is made, in Python, by ``make_state(params, space)``;
-* the steps are plain Python functions over it, compiled inside each driver (numba resolves the
-  generic functions below to the registered step of the state's class when it types a driver,
-  and inlines it):
+* the state is a ``NamedTuple`` of the policy's own: arrays indexed by a cache-local *id* (a
+  dense block id; in a cluster, a dense (instance, block) pair id), a ``sc`` array of per-cache
+  scalars (queue heads, sizes, a clock), constants from its parameters, and ``cnt``, int64
+  ``[n_caches, len(counter_names)]``: its counters (the drivers fill ``block_hits`` and
+  ``evictions``, columns 0 and 1; the steps count the policy's own, from column 2). One state
+  holds ``n_caches`` independent caches over disjoint ids (a cluster's instances); ``q`` names
+  the cache. It is made, in Python, by ``make_state(params, space)``;
+* the steps are plain Python functions over it, which the drivers call by the generic names
+  below (a driver is compiled once per policy, or per hierarchy of policies, with these names
+  bound to the policy's steps and inlined, :mod:`prefixsim.engine.build`):
 
   ============================== ============================================================
   ``is_resident(s, q, h)``        whether id ``h`` would be served from cache ``q`` now
@@ -31,10 +31,11 @@ A policy's compiled form is a *state* and its *steps*, registered together as a 
   per admission (one insertion into a cache that was within its capacity), which is why
   ``admit`` returns one id: a demotion cascade is then a loop down the tiers.
 
-Each step is a small function over arrays; the drivers are compiled with ``_nrt=False``
-(:mod:`prefixsim.engine.build`), so passing the state's arrays to them costs no reference
-counting, and ``inline="always"`` leaves no call at all: the compiled driver is the loop a
-hand-written kernel would be (``docs/performance.md``, "Policies as steps").
+A step may be a plain function or a numba one (a step that another policy's steps call, e.g.
+S3FIFO_LEAF calling S3FIFO's removal, must be a numba one). Helpers a step calls must be numba
+functions: ``@njit(inline="always")`` for the small ones on
+a hot path (numba inlines them before typing), plain ``@njit`` for the others (LLVM inlines
+the small ones among those; fewer inlined copies compile faster).
 """
 
 from __future__ import annotations
@@ -45,8 +46,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba.core.errors import TypingError
-from numba.extending import overload
 
 NO_PRED = -1
 """``pred`` of a request's first block."""
@@ -63,7 +62,6 @@ unsigned index it is a plain load. That measured 1.2-1.35x on the S3FIFO and LRU
 non-negative (a negative one would index far out of bounds instead of from the end), and only in
 the subscript: numba types ``int64 op uint64`` as float64, so the cast value must not flow
 into arithmetic."""
-
 
 _PAGE_BYTES = 4096
 
@@ -95,79 +93,7 @@ class Space:
     an id can be accessed). For one cache over block ids, exactly the ids it will see."""
 
 
-@dataclass(frozen=True)
-class Steps:
-    """A policy's compiled form (see the module docstring)."""
-
-    state: type
-    """The policy's state, a ``NamedTuple`` class used by no other policy."""
-    make_state: Callable[[Any, Space], Any]
-    is_resident: Callable[..., Any]
-    hit: Callable[..., Any]
-    admit: Callable[..., Any]
-    remove: Callable[..., Any] | None = None
-    begin: Callable[..., Any] | None = None
-    end: Callable[..., Any] | None = None
-
-    @property
-    def removable(self) -> bool:
-        return self.remove is not None
-
-    def source_files(self) -> set[str]:
-        """The files the steps are defined in (a driver's cache key hashes them)."""
-        fns = (self.is_resident, self.hit, self.admit, self.remove, self.begin, self.end)
-        return {inspect.getsourcefile(f) or "" for f in fns if f is not None} - {""}
-
-
-_BY_STATE: dict[type, Steps] = {}
-
-
-def register_steps(steps: Steps) -> Steps:
-    """Make ``steps`` the implementation of the generic functions for its state class."""
-    if not hasattr(steps.state, "_fields"):
-        raise TypeError(f"{steps.state.__name__}: a policy's state must be a NamedTuple class")
-    if _BY_STATE.get(steps.state, steps) is not steps:
-        raise ValueError(f"state {steps.state.__name__} already has steps")
-    for name, generic in _GENERIC.items():
-        fn = getattr(steps, name)
-        if fn is not None and _params(fn) != _params(generic):
-            raise TypeError(
-                f"{fn.__qualname__}: a {name} step takes ({', '.join(_params(generic))}), "
-                f"not ({', '.join(_params(fn))}): numba matches steps by their argument names"
-            )
-    _BY_STATE[steps.state] = steps
-    return steps
-
-
-def _params(fn: Any) -> tuple[str, ...]:
-    return tuple(inspect.signature(fn).parameters)
-
-
-def counter_array(n_caches: int, counter_names: tuple[str, ...]) -> np.ndarray:
-    """A state's ``cnt``: zeroed, one row per cache, one column per counter name."""
-    return np.zeros((n_caches, len(counter_names)), np.int64)
-
-
-def _step(state_type: Any, name: str) -> Callable[..., Any] | None:
-    steps = _BY_STATE.get(getattr(state_type, "instance_class", type(None)))
-    if steps is None:
-        return None  # not a policy state: numba reports no matching implementation
-    fn = getattr(steps, name)
-    if fn is None:
-        raise TypingError(f"{steps.state.__name__} has no {name} step")
-    return fn
-
-
-def _noop_begin(s, q, ids, start, end):
-    return None
-
-
-def _noop_end(s, q):
-    return None
-
-
-# The generic functions. Called from Python they are only names; inside a compiled driver each
-# is replaced by the registered step of its state argument's class.
+# The generic names the drivers call. Outside a compiled driver they are only names.
 
 
 def is_resident(s: Any, q: int, h: int) -> bool:
@@ -194,47 +120,73 @@ def end(s: Any, q: int) -> None:
     raise NotImplementedError("a step runs only inside a compiled driver")
 
 
-_GENERIC = {
-    "is_resident": is_resident,
-    "hit": hit,
-    "admit": admit,
-    "remove": remove,
-    "begin": begin,
-    "end": end,
-}
+def _no_begin(s, q, ids, start, end):
+    return None
 
 
-@overload(is_resident, inline="always")
-def _is_resident(s, q, h):
-    return _step(s, "is_resident")
+def _no_end(s, q):
+    return None
 
 
-@overload(hit, inline="always")
-def _hit(s, q, h, pred):
-    return _step(s, "hit")
+def _no_remove(s, q, h):
+    # Never reached: a hierarchy that would remove from this policy is refused before it runs
+    # (prefixsim.tiers.check_tiers), but a driver compiled for it still names a removal.
+    return None
 
 
-@overload(admit, inline="always")
-def _admit(s, q, h, pred):
-    return _step(s, "admit")
+STEP_NAMES = ("is_resident", "hit", "admit", "remove", "begin", "end")
+_ARITY = {name: len(inspect.signature(globals()[name]).parameters) for name in STEP_NAMES}
 
 
-@overload(remove, inline="always")
-def _remove(s, q, h):
-    return _step(s, "remove")
+@dataclass(frozen=True)
+class Steps:
+    """A policy's compiled form (see the module docstring)."""
+
+    state: type
+    """The policy's state, a ``NamedTuple`` class."""
+    make_state: Callable[[Any, Space], Any]
+    is_resident: Callable[..., Any]
+    hit: Callable[..., Any]
+    admit: Callable[..., Any]
+    remove: Callable[..., Any] | None = None
+    begin: Callable[..., Any] | None = None
+    end: Callable[..., Any] | None = None
+    files: tuple[str, ...] = ()
+    """More source files the steps depend on, beyond the files that define them and the
+    package's policies (numba's disk cache of the drivers is keyed by all of them)."""
+
+    def __post_init__(self) -> None:
+        if not hasattr(self.state, "_fields"):
+            raise TypeError(f"{self.state.__name__}: a policy's state must be a NamedTuple")
+        for name in STEP_NAMES:
+            fn = getattr(self, name)
+            fn = getattr(fn, "py_func", fn)
+            if fn is not None and len(inspect.signature(fn).parameters) != _ARITY[name]:
+                params = ", ".join(inspect.signature(globals()[name]).parameters)
+                raise TypeError(f"{fn.__qualname__}: a {name} step takes ({params})")
+
+    @property
+    def removable(self) -> bool:
+        return self.remove is not None
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """The generic names bound to this policy's steps (no-ops for the absent hooks)."""
+        return {
+            "is_resident": self.is_resident,
+            "hit": self.hit,
+            "admit": self.admit,
+            "remove": self.remove or _no_remove,
+            "begin": self.begin or _no_begin,
+            "end": self.end or _no_end,
+        }
+
+    def source_files(self) -> set[str]:
+        """The files the steps are defined in, and ``files``."""
+        fns = (self.is_resident, self.hit, self.admit, self.remove, self.begin, self.end)
+        found = {inspect.getsourcefile(getattr(f, "py_func", f)) or "" for f in fns if f}
+        return (found | set(self.files)) - {""}
 
 
-@overload(begin, inline="always")
-def _begin(s, q, ids, start, end):
-    steps = _BY_STATE.get(getattr(s, "instance_class", type(None)))
-    if steps is None:
-        return None
-    return steps.begin or _noop_begin
-
-
-@overload(end, inline="always")
-def _end(s, q):
-    steps = _BY_STATE.get(getattr(s, "instance_class", type(None)))
-    if steps is None:
-        return None
-    return steps.end or _noop_end
+def counter_array(n_caches: int, counter_names: tuple[str, ...]) -> np.ndarray:
+    """A state's ``cnt``: zeroed, one row per cache, one column per counter name."""
+    return np.zeros((n_caches, len(counter_names)), np.int64)

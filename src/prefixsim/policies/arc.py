@@ -94,8 +94,6 @@ class ARCReference(ReferencePolicy):
 
     counter_names = (*COMMON_COUNTERS, "b1_hits", "b2_hits")
 
-    reports_victims = True  # a first tier only: no natural removal
-
     def __init__(self, params: ARCParams) -> None:
         super().__init__(params)
         self.c = params.capacity

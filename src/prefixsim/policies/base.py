@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine.steps import Steps, register_steps
+from ..engine.steps import Steps
 from ..engine.steps import ix as ix  # every kernel and step indexes with it
 from ..engine.steps import zeroed_state as zeroed_state
 from ..errors import ParameterError
@@ -162,8 +162,6 @@ class ReferencePolicy(ABC):
     """
 
     counter_names: ClassVar[tuple[str, ...]] = COMMON_COUNTERS
-    reports_victims: ClassVar[bool] = False
-    """Every eviction goes through :meth:`evicted` (the policy can feed a lower tier)."""
     removable: ClassVar[bool] = False
     """:meth:`remove` is implemented (the policy can be an exclusive lower tier)."""
 
@@ -305,7 +303,9 @@ def register(spec: PolicySpec) -> PolicySpec:
         raise ValueError(f"policy {spec.name!r} is already registered")
     if spec.params_type.policy != spec.name:
         raise ValueError(f"{spec.params_type.__name__}.policy must be {spec.name!r}")
-    register_steps(spec.steps)
+    for other in _REGISTRY.values():
+        if other.steps.state is spec.steps.state:
+            raise ValueError(f"policy {spec.name!r} shares its state class with {other.name!r}")
     _REGISTRY[spec.name] = spec
     return spec
 

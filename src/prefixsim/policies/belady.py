@@ -53,8 +53,6 @@ class BeladyReference(ReferencePolicy):
     """``cache`` maps a resident block to ``(next_use, -last_use)``, the eviction key (max
     evicted). ``prepare`` must be given the exact stream the accesses then follow."""
 
-    reports_victims = True  # a first tier only: no natural removal
-
     def __init__(self, params: BeladyParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity

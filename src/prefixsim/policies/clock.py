@@ -52,8 +52,6 @@ class CLOCKReference(ReferencePolicy):
     """A literal ring: ``slots[i]`` is the block in slot ``i`` (``None`` while still free),
     ``bit[i]`` its reference bit, ``slot_of`` the inverse map, ``hand`` the clock hand."""
 
-    reports_victims = True  # a first tier only: no natural removal
-
     def __init__(self, params: CLOCKParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity

@@ -36,7 +36,6 @@ class FIFOParams(PolicyParams):
 class FIFOReference(ReferencePolicy):
     """``queue`` is ordered from the oldest (head) to the newest (tail) insertion."""
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: FIFOParams) -> None:

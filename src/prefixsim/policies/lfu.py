@@ -46,7 +46,6 @@ class LFUReference(ReferencePolicy):
     the top. ``h`` itself is never compared: ``last`` breaks every tie.
     """
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: LFUParams) -> None:

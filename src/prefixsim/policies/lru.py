@@ -35,7 +35,6 @@ class LRUParams(PolicyParams):
 class LRUReference(ReferencePolicy):
     """``cache`` is ordered from least (head) to most (tail) recently used."""
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: LRUParams) -> None:

@@ -74,7 +74,6 @@ class LRULeafReference(ReferencePolicy):
     resident blocks' parents, ``children`` the number of resident children per block."""
 
     counter_names = (*COMMON_COUNTERS, "forced_evictions")
-    reports_victims = False  # until the tier driver runs their request steps
     removable = True
 
     def __init__(self, params: LRULeafParams) -> None:
@@ -184,7 +183,7 @@ def _tick(s, q, h):
     s.last[ix(h)] = now
 
 
-@njit(inline="always")
+@njit
 def _live(s, key):
     b = key & _ID_MASK
     if not linked(s.link, b) or linked(s.llink, b):
@@ -192,7 +191,7 @@ def _live(s, key):
     return (s.last[ix(b)] == key >> _ID_BITS) & (s.children[ix(b)] == 0)
 
 
-@njit(inline="always")
+@njit
 def _leaf_again(s, q, b):
     """Resident ``b`` lost its last resident child: a leaf again, with its old last access."""
     e = 8 * q
@@ -219,7 +218,7 @@ def _leaf_again(s, q, b):
     s.sc[ix(e + _HEAP_LEN)] = n + 1
 
 
-@njit(inline="always")
+@njit
 def _release(s, q, b):
     """``b`` left the cache: its parent loses a resident child."""
     vp = s.parent[ix(b)]

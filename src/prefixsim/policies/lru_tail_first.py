@@ -75,7 +75,6 @@ class LRUTailFirstReference(ReferencePolicy):
     holds every resident block, and during one ``placed`` holds the request's (h_0 first)."""
 
     counter_names = (*COMMON_COUNTERS, "self_evictions")
-    reports_victims = False  # until the tier driver runs their request steps
     removable = True
 
     def __init__(self, params: LRUTailFirstParams) -> None:

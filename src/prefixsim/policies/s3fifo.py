@@ -135,7 +135,6 @@ class S3FIFOReference(ReferencePolicy):
     """
 
     counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
-    reports_victims = True
     removable = True
 
     def __init__(self, params: S3FIFOParams) -> None:
@@ -350,6 +349,7 @@ def s3fifo_admit(s, q, h, pred):
     return victim
 
 
+@njit(inline="always")  # S3FIFO_LEAF's removal calls it
 def s3fifo_remove(s, q, h):
     # Out of S or M without a ghost entry: the block moved to a faster tier.
     e = _K * q

@@ -98,7 +98,6 @@ class S3FIFOLeafReference(S3FIFOReference):
     ``admit_to_M`` and ``insert_to_G`` are the rules of the module docstring."""
 
     counter_names = (*S3FIFOReference.counter_names, "leaf_skips", "forced_evictions")
-    reports_victims = False  # until the tier driver runs their request steps
     removable = True
 
     def __init__(self, params: S3FIFOLeafParams) -> None:

@@ -68,7 +68,6 @@ class _Node:
 class SIEVEReference(ReferencePolicy):
     """Line-by-line transcription of Algorithm 1 (line numbers in the comments)."""
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: SIEVEParams) -> None:

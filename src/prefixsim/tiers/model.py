@@ -90,23 +90,22 @@ def check_tiers(tiers: Sequence[Tier | Mapping[str, Any]], mode: str) -> tuple[T
         if name in {t.name for t in out}:
             raise ParameterError(f"tiers[{i}].name", name, "tier names must be distinct")
         out.append(Tier(tier.params, name, tier.medium))
-    if len(out) > 1:
-        for i, tier in enumerate(out):
-            ref = get_policy(tier.policy).reference
-            if i + 1 < len(out) and not ref.reports_victims:
-                raise ParameterError(
-                    f"tiers[{i}].policy",
-                    tier.policy,
-                    "a request-level policy cannot feed a lower tier (it runs only as the "
-                    "single tier of a hierarchy)",
-                )
-            if i > 0 and not ref.removable:
-                raise ParameterError(
-                    f"tiers[{i}].policy",
-                    tier.policy,
-                    "has no natural removal, so it cannot be a lower tier; lower tiers take "
-                    "LRU, FIFO, SIEVE, LFU or S3FIFO",
-                )
+    for i, tier in enumerate(out[1:], start=1):
+        spec = get_policy(tier.policy)
+        if mode == "exclusive" and not spec.removable:
+            raise ParameterError(
+                f"tiers[{i}].policy",
+                tier.policy,
+                "has no natural removal, so it cannot be a lower tier in exclusive mode (a hit "
+                "there moves the block out); docs/tiers.md says which policies go where",
+            )
+        if spec.offline:
+            raise ParameterError(
+                f"tiers[{i}].policy",
+                tier.policy,
+                "is offline: it follows the whole stream of accesses, which only the first "
+                "tier sees, so it can only be the first tier",
+            )
     return tuple(out)
 
 
