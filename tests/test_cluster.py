@@ -4,7 +4,6 @@ one-instance identity, reference against the fast path, and the load model."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import numpy as np
 import pytest
@@ -378,14 +377,6 @@ def test_static_routers_reuse_every_policy_kernel(requests, policy, router, inst
     assert_same(fast, ref)
 
 
-def test_dynamic_router_without_a_kernel_falls_back(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        res = run(TIMED, 2, "kv_aware", policy="FIFO")
-    assert res.engine == "reference"
-    assert "no cluster kernel for FIFO" in caplog.text
-    np.testing.assert_array_equal(res.instance, [0, 1, 1])  # as with LRU (test_kv_aware)
-
-
 def _fields(router: str) -> tuple[str, ...]:
     from prefixsim.cluster import get_router
 
@@ -411,7 +402,7 @@ def test_refusals() -> None:
     with pytest.raises(ParameterError, match="instances=0"):
         run(trace, 0, "round_robin")
     with pytest.raises(ParameterError, match="offline"):
-        run(trace, 2, "round_robin", policy="BELADY")
+        run(trace, 2, "least_loaded", policy="BELADY")
     with pytest.raises(ParameterError, match="hardware"):
         replay_cluster(trace, 2, model="llama-3.1-8b")
     with pytest.raises(ParameterError, match="decode_seconds_per_token"):

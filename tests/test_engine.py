@@ -7,6 +7,7 @@ ever a faster way to the driver's numbers.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_trace
-from prefixsim import ParameterError, Trace, make_params, policy_names, replay_params
+from prefixsim import (
+    ParameterError,
+    Trace,
+    make_params,
+    policy_names,
+    replay_params,
+)
+from prefixsim.cluster import LoadModel, make_router, replay_cluster_params
 from prefixsim.engine import single
 from prefixsim.policies import PolicyParams, get_policy
 from prefixsim.tiers import MODES, replay_tiers
@@ -176,3 +184,64 @@ def test_lru_leaf_as_a_first_tier_keeps_the_chain_head() -> None:
         assert res.tier_counters[1] == {"hits": 1, "admissions": 2, "demotions_in": 2,
                                         "evictions": 0, "promotions_out": 1}  # fmt: skip
         assert res.final_tier_blocks == (2, 1)
+
+
+# --- every online policy behind every router, at compiled speed -----------------------------
+
+LOAD = LoadModel("llama-3.1-8b", "h100")  # type: ignore[arg-type]
+
+
+@st.composite
+def timed_traces(draw: st.DrawFn) -> Trace:
+    trace = make_trace(draw(conversations(max_requests=30)))
+    gaps = st.sampled_from([0.0, 0.5, 10.0, 700.0, -300.0])
+    ms = np.cumsum(draw(st.lists(gaps, min_size=trace.n_requests, max_size=trace.n_requests)))
+    return dataclasses.replace(trace, timestamps=ms.astype(np.float64))
+
+
+def assert_clusters_agree(trace: Trace, params: PolicyParams, instances: int, router: Any) -> None:
+    fast = replay_cluster_params(trace, params, 16, instances, router, LOAD)
+    ref = replay_cluster_params(trace, params, 16, instances, router, LOAD, engine="reference")
+    assert fast.engine == "kernel"
+    np.testing.assert_array_equal(fast.instance, ref.instance)
+    np.testing.assert_array_equal(fast.hit_tokens, ref.hit_tokens)
+    np.testing.assert_array_equal(fast.queueing_delay, ref.queueing_delay)
+    np.testing.assert_array_equal(fast.est_prefill_seconds, ref.est_prefill_seconds)
+    np.testing.assert_array_equal(fast.final_cache_blocks, ref.final_cache_blocks)
+    assert fast.instance_counters == ref.instance_counters
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    trace=timed_traces(),
+    policy=st.sampled_from(ONLINE),
+    data=st.data(),
+    instances=st.integers(1, 4),
+    router=st.sampled_from(["least_loaded", "kv_aware"]),
+    weight=st.sampled_from([0.0, 1.0, 3.0]),
+)
+def test_every_online_policy_behind_the_load_aware_routers(  # type: ignore[no-untyped-def]
+    trace, policy, data, instances, router, weight
+) -> None:
+    tier = data.draw(any_params(policy))
+    params = make_params(**tier)
+    kw = {"overlap_weight": weight} if router == "kv_aware" else {}
+    assert_clusters_agree(trace, params, instances, make_router(router, **kw))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=conversations(max_requests=25),
+    capacity=st.integers(1, 12),
+    instances=st.integers(1, 4),
+    router=st.sampled_from(["round_robin", "random", "session"]),
+)
+def test_belady_behind_the_static_routers(requests, capacity, instances, router) -> None:  # type: ignore[no-untyped-def]
+    """Each instance knows its future once the router has placed every request: BELADY per
+    instance, equal in both engines, and the single cache's BELADY with one instance."""
+    trace = make_trace(requests)
+    params = make_params("BELADY", capacity)
+    assert_clusters_agree(trace, params, instances, make_router(router))
+    if instances == 1:
+        res = replay_cluster_params(trace, params, 16, 1, make_router(router), None)
+        np.testing.assert_array_equal(res.hit_tokens, replay_params(trace, params, 16).hit_tokens)

@@ -174,18 +174,27 @@ def replay_params(
     )
 
 
-def reference_request(
+def reference_hit_tokens(
     cache: ReferencePolicy, hash_ids: Sequence[Hashable], input_length: int, block_size: int
 ) -> int:
-    """One request on one reference cache, the specification's rule: ``k`` = the leading
-    blocks resident at arrival (stopping at the first that is not), hit tokens
-    ``min(k * block_size, input_length)``; then every block accessed in order through the
-    policy's steps (:meth:`~prefixsim.policies.ReferencePolicy.access_request`)."""
+    """The specification's rule on one reference cache as it is now, read-only: ``k`` = the
+    leading blocks resident (stopping at the first that is not), hit tokens
+    ``min(k * block_size, input_length)``."""
     k = 0
     while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
         k += 1
-    cache.access_request(hash_ids)
     return min(k * block_size, input_length)
+
+
+def reference_request(
+    cache: ReferencePolicy, hash_ids: Sequence[Hashable], input_length: int, block_size: int
+) -> int:
+    """One request on one reference cache: its hit tokens at arrival
+    (:func:`reference_hit_tokens`), then every block accessed in order through the policy's
+    steps (:meth:`~prefixsim.policies.ReferencePolicy.access_request`)."""
+    hit_tokens = reference_hit_tokens(cache, hash_ids, input_length, block_size)
+    cache.access_request(hash_ids)
+    return hit_tokens
 
 
 def _reference_replay(

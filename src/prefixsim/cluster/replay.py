@@ -5,13 +5,16 @@
 * routers with an ``assign`` (round_robin, random, session) route the whole trace first, then
   each instance's sub-trace is replayed by the policy's own single-cache kernel (exact: the
   instances are independent and a sub-trace keeps the trace order), then the FCFS kernel;
-* least_loaded and kv_aware run the cluster kernel of :mod:`prefixsim.cluster.kernel` (S3FIFO,
-  LRU); other policies fall back to the reference with a logged warning.
+* least_loaded and kv_aware run the cluster driver of :mod:`prefixsim.cluster.driver`, any
+  online policy.
+
+An offline policy (BELADY) runs behind the static routers only: they place every request before
+any replay, so each instance's future is known (its sub-trace); a router that looks at the
+caches or the load places a request from hits that depend on that future.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -26,15 +29,13 @@ from ..errors import ParameterError
 from ..hardware import HardwareProfile
 from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
-from ..policies.base import ReferencePolicy, check_int
+from ..policies.base import check_int
 from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, make_params
 from ..trace import Trace, load_trace
-from .kernel import CLUSTER_KERNELS
+from . import driver as cluster_driver
 from .load import LoadModel, fcfs_kernel, split_subtraces
 from .reference import RawCluster, reference_cluster
 from .routers import RouterParams, get_router, make_router
-
-log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 4096
 
@@ -212,10 +213,12 @@ def replay_cluster_params(
             router.router,
             "needs the load model: give a model and a hardware profile",
         )
-    policy = get_policy(params.policy)
-    if policy.reference.prepare is not ReferencePolicy.prepare:
+    if get_policy(params.policy).offline and spec.assign is None:
         raise ParameterError(
-            "policy", params.policy, "offline policies cannot be run behind a router"
+            "policy",
+            params.policy,
+            f"is offline: it needs each instance's future, which router {router.router} only "
+            "decides as it goes (the static routers round_robin, random and session take it)",
         )
     if engine not in ENGINES:
         raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
@@ -226,16 +229,8 @@ def replay_cluster_params(
         raw = reference_cluster(trace, params, block_size, instances, router, load)
     elif spec.assign is not None:
         raw = _static_cluster(trace, params, block_size, instances, router, load)
-    elif params.policy in CLUSTER_KERNELS:
-        raw = _dynamic_cluster(trace, params, block_size, instances, router, load)
     else:
-        log.warning(
-            "router %s: no cluster kernel for %s; running the reference (slow)",
-            router.router,
-            params.policy,
-        )
-        engine = "reference"
-        raw = reference_cluster(trace, params, block_size, instances, router, load)
+        raw = _dynamic_cluster(trace, params, block_size, instances, router, load)
     seconds = time.perf_counter() - start
     # Exact: float64 sums of integers below 2**53 (there are fewer accesses than that).
     per_instance_accesses = np.bincount(
@@ -320,14 +315,6 @@ def _static_cluster(
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)
 
 
-def _pair_table(trace: Trace, instances: int) -> np.ndarray:
-    """The cluster kernel's map from (block, instance) to pair id + 1, all 0 (no pair yet).
-    ``np.zeros`` leaves untouched pages unallocated; int64 only when the pair ids (at most one
-    per block access) could pass int32."""
-    dtype = np.int32 if trace.n_accesses < 2**31 - 1 else np.int64
-    return np.zeros(trace.n_blocks * instances, dtype)
-
-
 def _dynamic_cluster(
     trace: Trace,
     params: PolicyParams,
@@ -336,28 +323,25 @@ def _dynamic_cluster(
     router: RouterParams,
     load: LoadModel | None,
 ) -> RawCluster:
-    """least_loaded / kv_aware: the cluster kernel with every instance's state."""
+    """least_loaded / kv_aware: the cluster driver over every instance's state."""
     assert load is not None  # needs_load routers were checked by the caller
     spec = get_policy(params.policy)
-    kernel = CLUSTER_KERNELS[params.policy]
-    cnt = np.zeros((instances, len(spec.counter_names)), np.int64)
-    weight = float(getattr(router, "overlap_weight", 0.0))
-    instance, hits, delay, prefill, service, finals = kernel(
-        trace.block_ids,
-        trace.offsets,
-        trace.input_lengths,
-        trace.output_lengths,
+    instance, hits, delay, prefill, service, cnt = cluster_driver.run(
+        spec.steps,
+        params,
+        trace,
         _arrival_seconds(trace),
-        trace.n_blocks,
         block_size,
         instances,
         get_router(router.router).kernel_code,
-        weight,
+        float(getattr(router, "overlap_weight", 0.0)),
         load.decode_seconds_per_token,
         load.constants(block_size),
-        cnt,
-        _pair_table(trace, instances),
-        *spec.kernel_args(params),  # type: ignore[misc]  # LRU and S3FIFO have them
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
-    return RawCluster(instance, hits, delay, prefill, service, finals.tolist(), counters)
+    # Every admission adds one resident block, every eviction takes one out.
+    accesses = np.bincount(instance, weights=np.diff(trace.offsets), minlength=instances)
+    finals = [
+        int(a) - c["block_hits"] - c["evictions"] for a, c in zip(accesses, counters, strict=True)
+    ]
+    return RawCluster(instance, hits, delay, prefill, service, finals, counters)
