@@ -245,3 +245,34 @@ def test_belady_behind_the_static_routers(requests, capacity, instances, router)
     if instances == 1:
         res = replay_cluster_params(trace, params, 16, 1, make_router(router), None)
         np.testing.assert_array_equal(res.hit_tokens, replay_params(trace, params, 16).hit_tokens)
+
+
+# --- one scenario, one call -----------------------------------------------------------------
+
+
+def test_a_scenario_runs_its_composition(conversation: Trace) -> None:
+    from prefixsim import Scenario, run_scenario
+    from prefixsim.scenario import Cluster
+    from prefixsim.tiers import Hierarchy
+
+    params = make_params("S3FIFO", 2048)
+    single = run_scenario(conversation, Scenario(params))
+    np.testing.assert_array_equal(
+        single.hit_tokens, replay_params(conversation, params, 512).hit_tokens
+    )
+    hierarchy = Hierarchy.of(
+        [{"policy": "LRU", "capacity": 256}, {"policy": "FIFO", "capacity": 1024}]
+    )
+    tiered = run_scenario(conversation, Scenario(hierarchy, 512))
+    direct = replay_tiers(conversation, hierarchy.tiers, hierarchy.mode, 512)
+    np.testing.assert_array_equal(tiered.tier_hit_tokens, direct.tier_hit_tokens)
+    cluster = Cluster(4, make_router("kv_aware"), LOAD)
+    routed = run_scenario(conversation, Scenario(params, 512, cluster), engine="kernel")
+    by_hand = replay_cluster_params(conversation, params, 512, 4, cluster.router, LOAD)
+    np.testing.assert_array_equal(routed.instance, by_hand.instance)
+    kinds = [Scenario(params), Scenario(hierarchy), Scenario(params, cluster=cluster)]
+    assert [s.composition for s in kinds] == ["cache", "tiers", "cluster"]
+    with pytest.raises(ParameterError, match="cluster"):
+        Scenario(hierarchy, cluster=cluster)
+    with pytest.raises(ParameterError, match="block_size"):
+        Scenario(params, 0)

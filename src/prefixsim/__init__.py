@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .models import ModelProfile, load_model, model_names
     from .policies import PolicyParams, get_policy, policy_names, register
     from .replay import ReplayResult, make_params, replay, replay_params
+    from .scenario import Scenario, run_scenario
     from .tiers import TieredResult, replay_tiers
     from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
     from .units import format_size, parse_size
@@ -40,6 +41,7 @@ _LAZY: dict[str, str] = {
     "PolicyParams": ".policies",
     "PrefillCost": ".cost",
     "ReplayResult": ".replay",
+    "Scenario": ".scenario",
     "TieredResult": ".tiers",
     "Trace": ".trace",
     "capacity_blocks": ".cost",
@@ -63,6 +65,7 @@ _LAZY: dict[str, str] = {
     "replay_cluster": ".cluster",
     "replay_params": ".replay",
     "replay_tiers": ".tiers",
+    "run_scenario": ".scenario",
 }
 """Public name -> the submodule that defines it (imported on first use)."""
 
@@ -107,6 +110,7 @@ __all__ = [
     "PrefillCost",
     "PrefixSimError",
     "ReplayResult",
+    "Scenario",
     "TieredResult",
     "Trace",
     "TraceError",
@@ -131,5 +135,6 @@ __all__ = [
     "replay_cluster",
     "replay_params",
     "replay_tiers",
+    "run_scenario",
 ]
 __version__ = "0.1.0"

@@ -22,8 +22,7 @@ compiles it with numba:
   package's policies, the files of the composition's steps and the composition's names (its
   policies' states, its rule), held in the driver's closure,
   which numba hashes into its cache key: editing a policy recompiles every driver that may
-  inline it, and the drivers of different compositions (one template each) sit side by side in
-  one cache index.
+  inline it. Each composition has its own cache index (its driver's qualified name names it).
 """
 
 from __future__ import annotations
@@ -115,6 +114,11 @@ def compiled(
         if dispatcher is None:
             stamp = _stamp(key, [*_ALWAYS, *(Path(f).resolve() for f in files)])
             fn = rebind(template(stamp), names())
+            # numba names a function's cache index after its qualified name: one index per
+            # composition, so that an index never holds a state class from a module another
+            # process cannot import (a researcher's policy): numba unpickles the whole index.
+            parts = ".".join(getattr(k, "__name__", str(k)) for k in key)
+            fn.__qualname__ = f"{fn.__qualname__}.{parts}"
             dispatcher = njit(cache=True, nogil=True, _nrt=False)(fn)  # type: ignore[call-overload]
             dispatcher.__class__ = _Driver
             _BUILT[(template, *key)] = dispatcher

@@ -18,8 +18,8 @@ ends) adds them in :func:`replay_request` and in the hierarchy driver's request 
 (:mod:`prefixsim.engine.tiers`): the two places a request's accesses are made.
 
 :func:`replay_request` is the single cache's request, shared by the single-cache and cluster
-drivers; :func:`prefix_length` is a router's read-only look at one instance. Both are templates
-too: each composition compiles its own copy, its step names bound (:mod:`prefixsim.engine.build`).
+drivers. It is a template too: each composition compiles its own copy, its step names bound
+(:mod:`prefixsim.engine.build`).
 """
 
 from __future__ import annotations
@@ -92,18 +92,6 @@ def block_tokens(rule: Any, j: int, length: int) -> int:
     raise NotImplementedError("a rule runs only inside a compiled driver")
 
 
-def prefix_length(s, q, ids, start, end_, limit):
-    """The number of leading ``ids[start:end_]`` resident in cache ``q`` (at most ``limit``),
-    read-only: a router's look at an instance."""
-    k = start
-    stop = min(end_, start + limit)
-    while k < stop:
-        if not is_resident(s, q, ids[ix(k)]):
-            break
-        k += 1
-    return k - start
-
-
 def replay_request(s, q, ids, start, end_, length, rule):
     """One request on cache ``q``: ``(hit_tokens, block_hits, evictions)``.
 
@@ -141,8 +129,7 @@ def replay_request(s, q, ids, start, end_, length, rule):
 
 def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
     """What a one-policy driver's template is compiled with: the policy's steps, the rule's
-    functions, and :func:`replay_request` and :func:`prefix_length` bound to both."""
+    functions, and :func:`replay_request` bound to both."""
     names = inline_all({**steps.functions(), **RULES[rule].functions()})
     names["replay_request"] = inlined(rebind(replay_request, names))
-    names["prefix_length"] = inlined(rebind(prefix_length, names))
     return names
