@@ -12,6 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 INT64_MAX = 2**63 - 1
+MAX_BLOCK_SIZE = 2**31 - 1
+"""The largest ``block_size``: with it, ``k * block_size`` stays in int64 for every ``k`` below
+2**31 blocks (the replays' hit tokens)."""
 _CHUNK = 1 << 30
 
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._exact import HitTotals
+from ._exact import MAX_BLOCK_SIZE, HitTotals
 from .engine import single
 from .errors import ParameterError
 from .policies import PolicyParams, ReferencePolicy, get_policy
@@ -33,7 +33,7 @@ from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
 ENGINES: tuple[str, ...] = ("kernel", "reference")
-MAX_BLOCK_SIZE = 2**31 - 1
+__all__ = ["MAX_BLOCK_SIZE"]  # it lives in prefixsim._exact (the trace loader checks it too)
 
 
 def make_params(policy: str = "S3FIFO", capacity: int = 4096, **policy_params: Any) -> PolicyParams:
