@@ -35,7 +35,7 @@ FAST = ["LRU", "S3FIFO"]
 def steps_and_fast(trace: Trace, params: PolicyParams, block_size: int) -> None:
     spec = get_policy(params.policy)
     inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, block_size)
-    driven = single.run_steps(spec.steps, params, spec.counter_names, *inputs)
+    driven = single.run(spec, params, *inputs, fast=False)
     fast = single.run(spec, params, *inputs)
     np.testing.assert_array_equal(driven[0], fast[0])
     assert driven[1:] == fast[1:]

@@ -33,6 +33,14 @@ from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
 ENGINES: tuple[str, ...] = ("kernel", "reference")
+
+
+def check_engine(engine: object) -> None:
+    """``engine`` is one of :data:`ENGINES`, or a one-line :class:`ParameterError`."""
+    if engine not in ENGINES:
+        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+
+
 __all__ = ["MAX_BLOCK_SIZE"]  # it lives in prefixsim._exact (the trace loader checks it too)
 
 
@@ -86,9 +94,7 @@ class ReplayResult(HitTotals):
     def to_report(self, per_request: bool = True) -> dict[str, Any]:
         """The specification's report, plus the parameters and counters used."""
         report: dict[str, Any] = {
-            "overall_hit_rate": self.overall_hit_rate,
-            "total_hit_tokens": self.total_hit_tokens,
-            "total_prompt_tokens": self.total_prompt_tokens,
+            **self.report_totals(),
             "final_cache_blocks": self.final_cache_blocks,
             "cache_capacity_blocks": self.cache_capacity_blocks,
             "block_size": self.block_size,
@@ -142,6 +148,7 @@ def replay_params(
     """Replay with already validated ``params`` (what the sweep calls for every grid point)."""
     # Bounded so that k * block_size cannot overflow the kernels' int64 (k < 2**31 blocks).
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_engine(engine)
     check_block_size_matches(trace, block_size)
     spec = get_policy(params.policy)
     start = time.perf_counter()
@@ -155,10 +162,8 @@ def replay_params(
             trace.n_blocks,
             block_size,
         )
-    elif engine == "reference":
-        hit_tokens, final, counters = _reference_replay(trace, params, block_size)
     else:
-        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+        hit_tokens, final, counters = _reference_replay(trace, params, block_size)
     seconds = time.perf_counter() - start
     return ReplayResult(
         params=params,

@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.build import compiled
-from ..engine.rules import SpecRule, bound_names, hit_tokens, replay_request, scan_limit
+from ..engine.rules import SpecRule, hit_tokens, one_policy_driver, replay_request, scan_limit
 from ..engine.steps import Space, Steps, is_resident, ix
 from .load import prefill_seconds
 from .routers import KERNEL_KV_AWARE
@@ -103,13 +102,6 @@ def _template(stamp: str) -> Any:
     return cluster_driver
 
 
-def driver(steps: Steps, rule: type = SpecRule) -> Any:
-    """The compiled cluster driver of ``steps`` (a numba dispatcher)."""
-    return compiled(
-        _template, (steps.state, rule), lambda: bound_names(steps, rule), steps.source_files()
-    )
-
-
 def run(
     steps: Steps,
     params: Any,
@@ -159,3 +151,8 @@ def run(
         free,
     )
     return instance, out, delay, prefill, service, s.cnt
+
+
+def driver(steps: Steps, rule: type = SpecRule) -> Any:
+    """The compiled cluster driver of ``steps`` (a numba dispatcher)."""
+    return one_policy_driver(_template, steps, rule)

@@ -63,14 +63,22 @@ class RawCluster:
     counters: list[dict[str, int]]  # per instance, the policy's counter_names
 
 
-def reference_cluster(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    instances: int,
-    router: RouterParams,
-    load: LoadModel | None,
-) -> RawCluster:
+@dataclass(frozen=True)
+class Setup:
+    """A cluster replay's inputs, validated (by ``replay_cluster_params``): each instance's
+    policy, the block size, the instances, the router and the load model (None: none)."""
+
+    params: PolicyParams
+    block_size: int
+    instances: int
+    router: RouterParams
+    load: LoadModel | None
+
+
+def reference_cluster(trace: Trace, setup: Setup) -> RawCluster:
+    params, block_size, instances, router, load = (
+        setup.params, setup.block_size, setup.instances, setup.router, setup.load,
+    )  # fmt: skip
     spec = get_policy(params.policy)
     caches = [spec.reference(params) for _ in range(instances)]
     chooser = get_router(router.router).reference(router, instances, trace)

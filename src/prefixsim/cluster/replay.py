@@ -30,11 +30,11 @@ from ..hardware import HardwareProfile
 from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
 from ..policies.base import check_int
-from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, make_params
+from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
 from ..trace import Trace, load_trace
 from . import driver as cluster_driver
 from .load import LoadModel, fcfs_kernel, split_subtraces
-from .reference import RawCluster, reference_cluster
+from .reference import RawCluster, Setup, reference_cluster
 from .routers import RouterParams, get_router, make_router
 
 MAX_INSTANCES = 4096
@@ -220,17 +220,17 @@ def replay_cluster_params(
             f"is offline: it needs each instance's future, which router {router.router} only "
             "decides as it goes (the static routers round_robin, random and session take it)",
         )
-    if engine not in ENGINES:
-        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+    check_engine(engine)
     if load is not None:
         load.check_trace(trace.input_lengths, block_size)
+    setup = Setup(params, block_size, instances, router, load)
     start = time.perf_counter()
     if engine == "reference":
-        raw = reference_cluster(trace, params, block_size, instances, router, load)
+        raw = reference_cluster(trace, setup)
     elif spec.assign is not None:
-        raw = _static_cluster(trace, params, block_size, instances, router, load)
+        raw = _static_cluster(trace, setup)
     else:
-        raw = _dynamic_cluster(trace, params, block_size, instances, router, load)
+        raw = _dynamic_cluster(trace, setup)
     seconds = time.perf_counter() - start
     # Exact: float64 sums of integers below 2**53 (there are fewer accesses than that).
     per_instance_accesses = np.bincount(
@@ -265,18 +265,12 @@ def _arrival_seconds(trace: Trace) -> np.ndarray:
     return trace.timestamps / 1000.0  # the trace's ms as seconds (the reference's division)
 
 
-def _static_cluster(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    instances: int,
-    router: RouterParams,
-    load: LoadModel | None,
-) -> RawCluster:
-    """Route first, then each instance's sub-trace through the single-cache kernel."""
-    spec = get_policy(params.policy)
-    assign = get_router(router.router).assign
-    instance = np.asarray(assign(router, instances, trace), np.int32)
+def _static_cluster(trace: Trace, setup: Setup) -> RawCluster:
+    """Route first, then each instance's sub-trace through the single-cache replay."""
+    spec = get_policy(setup.params.policy)
+    instances, block_size, load = setup.instances, setup.block_size, setup.load
+    assign = get_router(setup.router.router).assign
+    instance = np.asarray(assign(setup.router, instances, trace), np.int32)
     hits = np.zeros(trace.n_requests, np.int64)
     finals: list[int] = []
     counters: list[dict[str, int]] = []
@@ -290,7 +284,7 @@ def _static_cluster(
         sub_blocks = blocks_all[acc_start[i] : acc_start[i + 1]]
         sub_hits, final, sub_counters = single.run(
             spec,
-            params,
+            setup.params,
             sub_blocks,
             sub_offsets,
             trace.input_lengths[rows],
@@ -315,28 +309,22 @@ def _static_cluster(
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)
 
 
-def _dynamic_cluster(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    instances: int,
-    router: RouterParams,
-    load: LoadModel | None,
-) -> RawCluster:
+def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
     """least_loaded / kv_aware: the cluster driver over every instance's state."""
+    load, instances = setup.load, setup.instances
     assert load is not None  # needs_load routers were checked by the caller
-    spec = get_policy(params.policy)
+    spec = get_policy(setup.params.policy)
     instance, hits, delay, prefill, service, cnt = cluster_driver.run(
         spec.steps,
-        params,
+        setup.params,
         trace,
         _arrival_seconds(trace),
-        block_size,
+        setup.block_size,
         instances,
-        get_router(router.router).kernel_code,
-        float(getattr(router, "overlap_weight", 0.0)),
+        get_router(setup.router.router).kernel_code,
+        float(getattr(setup.router, "overlap_weight", 0.0)),
         load.decode_seconds_per_token,
-        load.constants(block_size),
+        load.constants(setup.block_size),
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
     # Every admission adds one resident block, every eviction takes one out.

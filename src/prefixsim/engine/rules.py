@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .build import inline_all, inlined, rebind
+from .build import compiled, inline_all, inlined, rebind
 from .steps import NO_PRED, Steps, admit, begin, end, hit, is_resident, ix
 
 
@@ -133,3 +133,13 @@ def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
     names = inline_all({**steps.functions(), **RULES[rule].functions()})
     names["replay_request"] = inlined(rebind(replay_request, names))
     return names
+
+
+def one_policy_driver(
+    template: Callable[[str], Callable[..., Any]], steps: Steps, rule: type
+) -> Any:
+    """``template`` (a driver of one policy's caches: the single cache, the cluster) compiled
+    for ``steps`` and ``rule`` (:func:`bound_names`), a numba dispatcher."""
+    return compiled(
+        template, (steps.state, rule), lambda: bound_names(steps, rule), steps.source_files()
+    )

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .build import compiled
-from .rules import SpecRule, bound_names, replay_request
+from .rules import SpecRule, one_policy_driver, replay_request
 from .steps import Space, Steps, ix
 
 
@@ -43,28 +42,7 @@ def _template(stamp: str) -> Any:
 
 def driver(steps: Steps, rule: type = SpecRule) -> Any:
     """The compiled single-cache driver of ``steps`` (a numba dispatcher)."""
-    return compiled(
-        _template, (steps.state, rule), lambda: bound_names(steps, rule), steps.source_files()
-    )
-
-
-def run_steps(
-    steps: Steps,
-    params: Any,
-    counter_names: tuple[str, ...],
-    block_ids: np.ndarray,
-    offsets: np.ndarray,
-    input_lengths: np.ndarray,
-    n_blocks: int,
-    block_size: int,
-) -> tuple[np.ndarray, int, dict[str, int]]:
-    """One replay through the driver: hit tokens per request, final resident blocks, counters."""
-    s = steps.make_state(params, Space(n_blocks, 1, block_ids))
-    hit_tokens = np.empty(input_lengths.shape[0], np.int64)
-    driver(steps)(block_ids, offsets, input_lengths, SpecRule(block_size), s, hit_tokens)
-    cnt = s.cnt[0].tolist()
-    misses = int(offsets[-1] - offsets[0]) - cnt[0]
-    return hit_tokens, misses - cnt[1], dict(zip(counter_names, cnt, strict=True))
+    return one_policy_driver(_template, steps, rule)
 
 
 def run(
@@ -75,22 +53,23 @@ def run(
     input_lengths: np.ndarray,
     n_blocks: int,
     block_size: int,
+    *,
+    fast: bool = True,
 ) -> tuple[np.ndarray, int, dict[str, int]]:
-    """``spec``'s single-cache replay (a :class:`~prefixsim.policies.PolicySpec`): its fast
-    kernel if it has one, else the driver over its steps."""
+    """``spec``'s single-cache replay (a :class:`~prefixsim.policies.PolicySpec`): hit tokens per
+    request, final resident blocks, counters. Its fast kernel if it has one (and ``fast``),
+    else the driver over its steps."""
     names = spec.counter_names
-    if spec.fast_kernel is None:
-        return run_steps(
-            spec.steps, params, names, block_ids, offsets, input_lengths, n_blocks, block_size
+    if fast and spec.fast_kernel is not None:
+        cnt = np.zeros(len(names), np.int64)
+        inputs = spec.kernel_inputs(params, n_blocks)
+        hit_tokens, final = spec.fast_kernel(
+            block_ids, offsets, input_lengths, n_blocks, block_size, cnt, *inputs
         )
-    cnt = np.zeros(len(names), np.int64)
-    hit_tokens, final = spec.fast_kernel(
-        block_ids,
-        offsets,
-        input_lengths,
-        n_blocks,
-        block_size,
-        cnt,
-        *spec.kernel_inputs(params, n_blocks),
-    )
-    return hit_tokens, int(final), dict(zip(names, cnt.tolist(), strict=True))
+        return hit_tokens, int(final), dict(zip(names, cnt.tolist(), strict=True))
+    s = spec.steps.make_state(params, Space(n_blocks, 1, block_ids))
+    hit_tokens = np.empty(input_lengths.shape[0], np.int64)
+    driver(spec.steps)(block_ids, offsets, input_lengths, SpecRule(block_size), s, hit_tokens)
+    counts = s.cnt[0].tolist()
+    misses = int(offsets[-1] - offsets[0]) - counts[0]
+    return hit_tokens, misses - counts[1], dict(zip(names, counts, strict=True))

@@ -69,9 +69,35 @@ class LRULeafParams(PolicyParams):
     policy: ClassVar[str] = "LRU_LEAF"
 
 
-class LRULeafReference(ReferencePolicy):
-    """``cache`` is ordered from least (head) to most (tail) recently used; ``parent`` holds the
-    resident blocks' parents, ``children`` the number of resident children per block."""
+class ChainTree:
+    """The tree of block chains of a prefix-aware reference (LRU_LEAF, S3FIFO_LEAF): ``parent``
+    holds the cached blocks' parents, ``children`` the number of cached children per block."""
+
+    parent: dict[Hashable, object]
+    children: defaultdict[Hashable, int]
+
+    def init_tree(self) -> None:
+        self.parent = {}
+        self.children = defaultdict(int)
+
+    def adopt(self, h: Hashable, pred: Hashable | None) -> None:
+        """``h`` enters the cache: the request's previous block adopts it (a request's first
+        block, or a block demoted from a faster tier, has no parent)."""
+        parent = _NO_PARENT if pred is None or pred is DEMOTED else pred
+        self.parent[h] = parent
+        if parent is not _NO_PARENT:
+            self.children[parent] += 1
+
+    def release(self, h: Hashable) -> None:
+        """``h`` leaves the cache: its parent loses a child."""
+        parent = self.parent.pop(h)
+        if parent is not _NO_PARENT:
+            self.children[parent] -= 1
+
+
+class LRULeafReference(ChainTree, ReferencePolicy):
+    """``cache`` is ordered from least (head) to most (tail) recently used; the tree is
+    :class:`ChainTree`'s."""
 
     counter_names = (*COMMON_COUNTERS, "forced_evictions")
     removable = True
@@ -80,8 +106,7 @@ class LRULeafReference(ReferencePolicy):
         super().__init__(params)
         self.capacity = params.capacity
         self.cache: OrderedDict[Hashable, None] = OrderedDict()
-        self.parent: dict[Hashable, object] = {}
-        self.children: defaultdict[Hashable, int] = defaultdict(int)
+        self.init_tree()
 
     def is_resident(self, h: Hashable) -> bool:
         return h in self.cache
@@ -105,18 +130,12 @@ class LRULeafReference(ReferencePolicy):
                 self.counters["forced_evictions"] += 1
             self.remove(victim)
             self.evicted(victim)
-        # The predecessor in the request adopts h; a demoted block has none here.
-        parent = _NO_PARENT if pred is None or pred is DEMOTED else pred
         self.cache[h] = None
-        self.parent[h] = parent
-        if parent is not _NO_PARENT:
-            self.children[parent] += 1
+        self.adopt(h, pred)
 
     def remove(self, h: Hashable) -> None:
         del self.cache[h]
-        parent = self.parent.pop(h)
-        if parent is not _NO_PARENT:
-            self.children[parent] -= 1
+        self.release(h)
 
 
 # --- steps ----------------------------------------------------------------------------------

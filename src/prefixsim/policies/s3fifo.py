@@ -316,23 +316,24 @@ def into_ghost(s, q, v):
     s.st[ix(v)] = _IN_G
 
 
-def s3fifo_admit(s, q, h, pred):
-    victim = -1  # the block this access evicts into G, if any
-    to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
-    to_m_freq = 0
+@njit(inline="always")
+def first_moves(s, q, h):
+    """An admission's first moves: ``h`` from G to M (a ghost hit), or ``h`` into S, whose head
+    then leaves, warm to M (freq kept: a promotion), cold out of S ∪ M. Returns the block to
+    admit to M with its freq (-1 if none), and the cold head (-1 if none)."""
     if s.st[ix(h)] & 3 == _IN_G:  # a ghost hit re-admits h to M with ghost_freq
         from_ghost(s, q, h)
-        to_m = h
-        to_m_freq = s.ghost_freq
-    else:  # S's head leaves, warm to M (freq kept), cold to G
-        v = into_small(s, q, h)
-        if v >= 0:
-            if s.st[ix(v)] >= 4:
-                s.cnt[ix(q), 3] += 1
-                to_m = v
-                to_m_freq = s.st[ix(v)] >> 2
-            else:
-                victim = v
+        return h, s.ghost_freq, -1
+    v = into_small(s, q, h)
+    if v >= 0 and s.st[ix(v)] >= 4:
+        s.cnt[ix(q), 3] += 1
+        return v, s.st[ix(v)] >> 2, -1
+    return -1, 0, v
+
+
+def s3fifo_admit(s, q, h, pred):
+    # victim: the block this access evicts into G, if any
+    to_m, to_m_freq, victim = first_moves(s, q, h)
     if to_m >= 0:
         if main_is_full(s, q):  # second chance until exactly one block is evicted
             while True:

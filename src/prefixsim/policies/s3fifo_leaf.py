@@ -56,7 +56,6 @@ from M of a block with a resident child after |M| skips in a row).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -66,17 +65,16 @@ from numba import njit
 
 from ..engine.lists import pop_head
 from ..engine.steps import Space, Steps, counter_array
-from .base import DEMOTED, PolicySpec, ix, register, zeroed_state
+from .base import PolicySpec, ix, register, zeroed_state
+from .lru_leaf import ChainTree
 from .s3fifo import (
-    _IN_G,
     _K,
     _M,
     S3FIFOParams,
     S3FIFOReference,
-    from_ghost,
+    first_moves,
     into_ghost,
     into_main,
-    into_small,
     main_is_full,
     requeue_head,
     s3fifo_hit,
@@ -85,25 +83,22 @@ from .s3fifo import (
     s3fifo_state,
 )
 
-_NO_PARENT = object()  # parent of a request's first block
-
 
 @dataclass(frozen=True)
 class S3FIFOLeafParams(S3FIFOParams):
     policy: ClassVar[str] = "S3FIFO_LEAF"
 
 
-class S3FIFOLeafReference(S3FIFOReference):
-    """S3FIFO's reference with the tree kept in ``parent`` (blocks in S ∪ M) and ``children``;
-    ``admit_to_M`` and ``insert_to_G`` are the rules of the module docstring."""
+class S3FIFOLeafReference(ChainTree, S3FIFOReference):
+    """S3FIFO's reference with LRU_LEAF's tree (:class:`~.lru_leaf.ChainTree`, over the blocks
+    in S ∪ M); ``admit_to_M`` and ``insert_to_G`` are the rules of the module docstring."""
 
     counter_names = (*S3FIFOReference.counter_names, "leaf_skips", "forced_evictions")
     removable = True
 
     def __init__(self, params: S3FIFOLeafParams) -> None:
         super().__init__(params)
-        self.parent: dict[Hashable, object] = {}
-        self.children: defaultdict[Hashable, int] = defaultdict(int)
+        self.init_tree()
 
     def access(self, h: Hashable) -> None:
         self.access_request([h])  # a block accessed alone is a one-block request
@@ -113,11 +108,7 @@ class S3FIFOLeafReference(S3FIFOReference):
 
     def _miss(self, h: Hashable, pred: Hashable | None) -> None:
         super().access(h)  # S3FIFO's miss path (a ghost hit, or a new block)
-        # The predecessor in the request adopts h; a demoted block has none here.
-        parent = _NO_PARENT if pred is None or pred is DEMOTED else pred
-        self.parent[h] = parent
-        if parent is not _NO_PARENT:
-            self.children[parent] += 1
+        self.adopt(h, pred)
 
     def admit_to_M(self, h: Hashable, freq: int) -> None:
         skipped = 0
@@ -150,11 +141,6 @@ class S3FIFOLeafReference(S3FIFOReference):
     def remove(self, h: Hashable) -> None:
         super().remove(h)
         self.release(h)
-
-    def release(self, h: Hashable) -> None:
-        parent = self.parent.pop(h)
-        if parent is not _NO_PARENT:
-            self.children[parent] -= 1
 
 
 # --- steps ----------------------------------------------------------------------------------
@@ -202,23 +188,9 @@ def _release(s, v):
 
 
 def s3fifo_leaf_admit(s, q, h, pred):
-    victim = -1  # the block this access evicts into G, if any
-    to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
-    to_m_freq = 0
-    if s.st[ix(h)] & 3 == _IN_G:
-        from_ghost(s, q, h)
-        to_m = h
-        to_m_freq = s.ghost_freq
-    else:  # admit_to_S drains S's head: warm to M (freq kept), cold to G
-        v = into_small(s, q, h)
-        if v >= 0:
-            if s.st[ix(v)] >= 4:
-                s.cnt[ix(q), 3] += 1
-                to_m = v
-                to_m_freq = s.st[ix(v)] >> 2
-            else:
-                victim = v
-                _release(s, v)
+    to_m, to_m_freq, victim = first_moves(s, q, h)  # as S3FIFO's, and a cold head of S
+    if victim >= 0:
+        _release(s, victim)  # leaves S ∪ M
     if to_m >= 0:
         if main_is_full(s, q):
             # second chance, skipping freq-0 heads with resident children

@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..engine import tiers as tiers_driver
-from ..errors import ParameterError
 from ..policies import get_policy
 from ..policies.base import check_int
-from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, _as_trace
+from ..replay import MAX_BLOCK_SIZE, Engine, _as_trace, check_engine
 from ..trace import Trace
 from .model import (
     COUNTER_NAMES,
@@ -75,6 +74,7 @@ def replay_tiers(
     """
     checked = check_tiers(tiers, mode)
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_engine(engine)
     trace = _as_trace(trace_or_path)
     start = time.perf_counter()
     if engine == "kernel":
@@ -88,12 +88,10 @@ def replay_tiers(
             block_size,
         )
         counters = [dict(zip(COUNTER_NAMES, row, strict=True)) for row in tcnt.tolist()]
-    elif engine == "reference":
+    else:
         hit_tokens, tier_hit_tokens, counters, final = reference_replay(
             trace, checked, mode, block_size
         )
-    else:
-        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
     seconds = time.perf_counter() - start
     return TieredResult(
         tiers=checked,

@@ -196,9 +196,7 @@ class TieredResult(HitTotals):
 
     def to_report(self, per_request: bool = True) -> dict[str, Any]:
         report: dict[str, Any] = {
-            "overall_hit_rate": self.overall_hit_rate,
-            "total_hit_tokens": self.total_hit_tokens,
-            "total_prompt_tokens": self.total_prompt_tokens,
+            **self.report_totals(),
             "final_cache_blocks": self.final_cache_blocks,
             "block_size": self.block_size,
             "mode": self.mode,
