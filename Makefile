@@ -1,15 +1,24 @@
 # The README's commands. PYTHON is the interpreter the project is installed into.
 PYTHON ?= python3
 
-.PHONY: setup run test typecheck bench
+# What testing needs beyond running (the "dev" extra), checked by importing it: a `make test`
+# with everything installed starts at once, without a pip run.
+DEV_MODULES = pytest hypothesis mypy ruff dask distributed tokenizers hydra_plugins.hydra_joblib_launcher
 
-setup:  ## install the package (editable) with its test and dev tools
-	$(PYTHON) -m pip install -e ".[dev]"
+.PHONY: setup setup-dev run test typecheck bench
 
-run: setup  ## set up, then run the default sweep on the bundled trace
+setup:  ## install the package (editable) and what running it needs, nothing more
+	$(PYTHON) -m pip install -e .
+
+setup-dev:  ## add what testing needs (the dev extra), unless it is installed already
+	@$(PYTHON) -c "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; import prefixsim" $(DEV_MODULES) 2>/dev/null \
+		|| $(PYTHON) -m pip install -e ".[dev]"
+
+run: setup  ## set up, run the default sweep on the bundled trace, then compile the other kernels once
 	$(PYTHON) -m sweep
+	$(PYTHON) -m prefixsim warm-up
 
-test:  ## lint and type-check, then the whole test suite (what CI runs)
+test: setup-dev  ## lint and type-check, then the whole test suite (what CI runs)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy

@@ -10,10 +10,11 @@ variants alternating within each repetition, and the median printed:
   alone.
 
 Variants: the baseline (``git archive BASELINE_REF src``, default the commit before the figures
-package) with its default formats (PNG and PDF) and with PNG only; this code with its default
-(PNG), with PNG and PDF, and a second call on unchanged inputs (nothing redrawn).
+package) with its default formats (PNG and PDF) and with PNG only, made to redraw when it
+skips unchanged figures; this code with its default (PNG), with PNG and PDF, and a second call
+on unchanged inputs (nothing redrawn).
 
-    python experiments/bench_figures.py [--repeat 5] [--baseline-ref 652434d] [--grid ARGS...]
+    python experiments/bench_figures.py [--repeat 5] [--baseline REF] [--grid ARGS...]
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def run(cmd: list[str], src: Path, cwd: Path) -> tuple[float, str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--baseline-ref", default="652434d")
+    p.add_argument("--baseline-ref", "--baseline", dest="baseline_ref", default="652434d")
     p.add_argument("--grid", nargs="*", default=GRID)
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench_figures."))
@@ -72,9 +73,12 @@ def main() -> None:
     run_dir = tmp / "run"
     py = sys.executable
     run([py, "-m", "sweep", *args.grid, f"out_dir={run_dir}", "plot=false"], new, tmp)
+    # a baseline that skips unchanged figures must redraw too, or it is timed doing nothing
+    redraws = any("--force" in p.read_text() for p in (old / "sweep").rglob("*.py"))
+    force, force_kw = (["--force"], {"force": True}) if redraws else ([], {})
     variants: dict[str, tuple[Path, list[str], dict[str, object]]] = {
-        "baseline, png+pdf (its default)": (old, [], {}),
-        "baseline, png": (old, ["--format", "png"], {"formats": ["png"]}),
+        "baseline, png+pdf (its default)": (old, [*force], {**force_kw}),
+        "baseline, png": (old, ["--format", "png", *force], {"formats": ["png"], **force_kw}),
         "new, png (default)": (new, ["--force"], {"force": True}),
         "new, png+pdf": (
             new,

@@ -16,6 +16,14 @@ from prefixsim import Trace
 Request = tuple[int, Sequence[Hashable]]  # (input_length, hash_ids)
 
 
+def has_kernel(policy: str) -> bool:
+    """Whether ``policy`` has a compiled kernel (RADIX has a plain-Python reference only so
+    far: its kernel engine refuses it)."""
+    from numba.core.dispatcher import Dispatcher
+
+    return isinstance(prefixsim.get_policy(policy).kernel, Dispatcher)
+
+
 def bundled_head(folder: Path, n: int) -> Path:
     """The first ``n`` requests of the bundled trace, as a plain JSONL file in ``folder``."""
     src = prefixsim.trace.bundled_trace_path("conversation")
@@ -25,8 +33,11 @@ def bundled_head(folder: Path, n: int) -> Path:
     return path
 
 
-def make_trace(requests: Sequence[Request], name: str = "test") -> Trace:
-    """A :class:`Trace` from ``(input_length, hash_ids)`` pairs, ids remapped by first use."""
+def make_trace(
+    requests: Sequence[Request], name: str = "test", outputs: Sequence[int] | None = None
+) -> Trace:
+    """A :class:`Trace` from ``(input_length, hash_ids)`` pairs, ids remapped by first use,
+    with ``outputs`` as the output lengths (0 if None)."""
     dense: dict[Hashable, int] = {}
     flat: list[int] = []
     offsets = [0]
@@ -36,10 +47,12 @@ def make_trace(requests: Sequence[Request], name: str = "test") -> Trace:
     n = len(requests)
     return Trace(
         name=name,
-        sha256=hashlib.sha256(repr(requests).encode()).hexdigest(),
+        sha256=hashlib.sha256(
+            repr((requests, outputs) if outputs else requests).encode()
+        ).hexdigest(),
         timestamps=np.arange(n, dtype=np.float64),
         input_lengths=np.array([r[0] for r in requests], dtype=np.int64),
-        output_lengths=np.zeros(n, dtype=np.int64),
+        output_lengths=np.array(outputs or [0] * n, dtype=np.int64),
         offsets=np.array(offsets, dtype=np.int64),
         block_ids=np.array(flat, dtype=np.int32),
         n_blocks=len(dense),

@@ -6,7 +6,14 @@
 * a text (title, axis label, tick label, legend entry, cell value) that sticks out of the
   figure or overlaps another text;
 * a labelled line identical to another labelled line of the same axes (same x and y), so it is
-  hidden under it, without a ``(= OTHER)`` note in its label.
+  hidden under it, without a ``(= OTHER)`` note in its label;
+* a series of which no pixel, or one of whose markers, is left visible by the lines drawn over
+  it (:func:`covered`: the lines are rendered once more, each in a colour of its own, so every
+  pixel says which series is on top there), unless its label announces it ``(= OTHER)``;
+* what breaks the one style of the figures (:func:`style_problems`): a legend inside an axes
+  or below the panels, rotated tick labels, powers (``2^13``) or brackets (``[blocks]``) in
+  labels, a hit rate not in percent, a rate's y axis not from 0, a hit rate against capacity
+  without the infinite-cache ceiling.
 """
 
 from __future__ import annotations
@@ -18,13 +25,21 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.legend import Legend
+from matplotlib.lines import Line2D, _mark_every_path
+from matplotlib.path import Path
 from matplotlib.text import Text
-from matplotlib.transforms import Bbox
+from matplotlib.transforms import Bbox, IdentityTransform
 
 TOLERANCE_PX = 0.5
 """Boxes that merely touch (antialiasing, rounding) do not count as overlapping."""
+MIN_VISIBLE_PX = 3
+"""A series or a marker with fewer pixels of its own on top is hidden (at the figure's dpi)."""
+PART_PREFIX = "_part of "
+"""Label of an unlabelled artist that belongs to the series named after it (extra markers)."""
+CEILING_LABEL = "infinite cache"
 
 
 def _shrunk(box: Bbox) -> Bbox:
@@ -129,12 +144,244 @@ def hidden_series(fig: Figure) -> list[str]:
     return out
 
 
+def series_name(line: Line2D) -> str | None:
+    """The series a line belongs to: its label, the name after :data:`PART_PREFIX`, or None
+    (an unlabelled helper line: a grid line, a reference line, grey context)."""
+    label = str(line.get_label())
+    if label.startswith(PART_PREFIX):
+        return label[len(PART_PREFIX) :]
+    if label.startswith("_") or not line.get_visible():
+        return None
+    return label
+
+
+def _directions(n: int) -> np.ndarray:
+    """``n`` unit vectors of RGB space, all components positive, at least 15 degrees from the
+    grey diagonal and spread apart (a Fibonacci lattice of the sphere, thinned)."""
+    m = 4000
+    k = np.arange(m) + 0.5
+    z = 1 - 2 * k / m
+    phi = np.pi * (3 - np.sqrt(5)) * k
+    pts = np.column_stack([np.sqrt(1 - z**2) * np.cos(phi), np.sqrt(1 - z**2) * np.sin(phi), z])
+    diagonal = np.ones(3) / np.sqrt(3)
+    keep = (pts > 0.05).all(axis=1) & (pts @ diagonal < np.cos(np.radians(15)))
+    pts = pts[keep]
+    return pts[np.linspace(0, len(pts) - 1, n).round().astype(int)]
+
+
+ID_DEPTH = 200.0
+"""How far (0-255) below white each ID colour lies along its direction."""
+ID_COS = np.cos(np.radians(1.5))
+"""A pixel is an ID colour's when its direction from white is this close to the colour's: an
+antialiased blend of the colour with white keeps the direction, any other blend does not."""
+
+
+def _id_colours(n: int) -> np.ndarray:
+    """``n`` colours (0-1 RGB), each along a direction of its own from white
+    (:func:`_directions`)."""
+    d = _directions(n)
+    return 1 - ID_DEPTH / 255 * d / d.max(axis=1, keepdims=True)
+
+
+def _owners(image: np.ndarray, colours: np.ndarray) -> np.ndarray:
+    """For each pixel, the index of the ID colour it shows (a blend of that colour with
+    white covering at least a third of the pixel), or -1."""
+    v = 255.0 - image.reshape(-1, 3).astype(float)
+    dirs = 255.0 - colours * 255.0
+    depth = np.linalg.norm(dirs, axis=1)
+    out = np.full(len(v), -1)
+    norm = np.linalg.norm(v, axis=1)
+    candidates = np.flatnonzero(norm > 20)
+    cos = (v[candidates] @ (dirs / depth[:, None]).T) / norm[candidates, None]
+    best = cos.argmax(axis=1)
+    ok = (cos[np.arange(len(best)), best] > ID_COS) & (norm[candidates] > depth[best] / 3)
+    out[candidates[ok]] = best[ok]
+    return out.reshape(image.shape[:2])
+
+
+def _marker_centres(line: Line2D) -> np.ndarray:
+    """Display coordinates of the markers matplotlib draws for ``line`` (its ``markevery``;
+    markers ignore the draw style)."""
+    if line.get_marker() in (None, "None", "none", "", " ") or line.get_markersize() <= 0:
+        return np.zeros((0, 2))
+    xy = line.get_transform().transform(np.asarray(line.get_xydata(), float))
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    every = line.get_markevery()
+    if every is None or len(xy) == 0:
+        return xy
+    path = _mark_every_path(every, Path(xy), IdentityTransform(), line.axes)
+    return np.asarray(path.vertices)
+
+
+def _render_ids(
+    fig: Figure, lines: list[tuple[Axes, Line2D, str]], colour_of: dict[tuple[int, str], Any]
+) -> np.ndarray:
+    """``fig`` drawn with every series' lines in its ID colour (``colour_of[(id(ax), name)]``),
+    fills, images and grid lines hidden; the RGB image. The figure is left as it was."""
+    saved = []
+    for ax, line, name in lines:
+        raw = (line._color, line._markerfacecolor, line._markeredgecolor)  # type: ignore[attr-defined]
+        saved.append((line, raw, line.get_alpha()))
+        rgb = colour_of[(id(ax), name)]
+        line.set_color(rgb)
+        line.set_markeredgecolor(rgb)
+        if str(line.get_markerfacecolor()).lower() != "none":
+            line.set_markerfacecolor(rgb)
+        line.set_alpha(None)
+    shown = [a for ax in _all_axes(fig) for a in (*ax.collections, *ax.images) if a.get_visible()]
+    shown += [  # grid lines lie under the series, and a series on one would blend with it
+        t.gridline
+        for ax in _all_axes(fig)
+        for axis in (ax.xaxis, ax.yaxis)
+        for t in (*axis.get_major_ticks(), *axis.get_minor_ticks())
+        if t.gridline.get_visible()
+    ]
+    for a in shown:
+        a.set_visible(False)
+    try:
+        fig.canvas.draw()
+        return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()  # type: ignore[attr-defined]
+    finally:
+        for line, (colour, face, edge), alpha in saved:
+            line.set_color(colour)
+            line.set_markerfacecolor(face)
+            line.set_markeredgecolor(edge)
+            line.set_alpha(alpha)
+        for a in shown:
+            a.set_visible(True)
+
+
+def covered(fig: Figure) -> list[str]:
+    """Series (labelled lines of an axes, with their parts) entirely hidden under the lines
+    drawn over them, and markers of a series hidden so, at the figure's dpi. Every line is
+    drawn once more in a colour of its own (:func:`_id_colours`), fills, images and grid
+    lines left out, the rest as it is; a pixel of that colour (or of its blend with white at
+    an edge) is a pixel of the series on top. A series announced ``(= OTHER)`` may be hidden."""
+    lines: list[tuple[Axes, Line2D, str]] = []
+    for ax in _all_axes(fig):
+        for line in ax.get_lines():
+            name = series_name(line)
+            if name is not None:
+                lines.append((ax, line, name))
+    if not lines:
+        return []
+    keys = list(dict.fromkeys((id(ax), name) for ax, _, name in lines))
+    colours = _id_colours(len(keys))
+    image = _render_ids(fig, lines, {key: tuple(colours[k]) for k, key in enumerate(keys)})
+    owners = _owners(image, colours)
+    height = image.shape[0]
+    found = []
+    for key in keys:
+        ax = next(a for a, _, n in lines if (id(a), n) == key)
+        name = key[1]
+        if "(= " in name:
+            continue
+        mine = owners == keys.index(key)
+        title = ax.get_title() or ax.get_label()
+        if int(mine.sum()) < MIN_VISIBLE_PX:
+            found.append(f"{name!r} is hidden under other series in {title!r} without notice")
+            continue
+        box = ax.get_window_extent()
+        spots: dict[tuple[int, int], float] = {}  # marker places of the series -> radius
+        for a, line, n in lines:
+            if (id(a), n) != key:
+                continue
+            radius = line.get_markersize() / 2 * fig.dpi / 72
+            for x, y in _marker_centres(line):
+                if box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1:
+                    spot = (round(x * 2), round(y * 2))  # half-pixel places
+                    spots[spot] = max(spots.get(spot, 0.0), radius)
+        total = len(spots)
+        hidden = sum(
+            1
+            for (x2, y2), radius in spots.items()
+            if _pixels_near(mine, height - y2 / 2, x2 / 2, radius) < 2
+        )
+        if hidden:
+            found.append(
+                f"{hidden} of {total} markers of {name!r} in {title!r} are hidden under other "
+                "series"
+            )
+    return found
+
+
+def _pixels_near(mask: np.ndarray, row: float, col: float, radius: float) -> int:
+    """Pixels set in ``mask`` within ``radius`` of (``row``, ``col``) (image coordinates)."""
+    r0, c0 = max(0, int(row - radius)), max(0, int(col - radius))
+    window = mask[r0 : int(row + radius) + 1, c0 : int(col + radius) + 1]
+    yy, xx = np.mgrid[r0 : r0 + window.shape[0], c0 : c0 + window.shape[1]]
+    disc = (yy + 0.5 - row) ** 2 + (xx + 0.5 - col) ** 2 <= radius**2
+    return int((window & disc).sum())
+
+
+_RATE_WORDS = ("hit rate", "saved", "share")
+
+
+def style_problems(fig: Figure) -> list[str]:
+    """What breaks the figures' one style (see the module docstring); [] when nothing."""
+    found = []
+    panels = [ax for ax in fig.get_axes() if ax.axison and ax.get_label() != "<colorbar>"]
+    tops = [ax.get_window_extent().y1 for ax in panels]
+    for leg in _legends(fig):
+        if leg.axes is not None and leg in [ax.get_legend() for ax in _all_axes(fig)]:
+            found.append(f"a legend inside the axes {leg.axes.get_title()!r}")
+        elif tops and leg.get_window_extent().y0 < max(tops) - TOLERANCE_PX:
+            found.append("a legend below the top of the panels")
+    for ax in _all_axes(fig):
+        if not ax.axison:
+            continue
+        title = ax.get_title() or ax.get_label()
+        for label in _tick_labels(ax):
+            if label.get_rotation() % 360:
+                found.append(f"tick label {_label(label)} of {title!r} is rotated")
+            if "^" in label.get_text() or "$" in label.get_text():
+                found.append(f"tick label {_label(label)} of {title!r} is a power")
+        ylabel, xlabel = ax.get_ylabel(), ax.get_xlabel()
+        for text in (ylabel, xlabel):
+            if "[" in text or "$" in text or "^" in text:
+                found.append(f"axis label {text!r} of {title!r}: brackets or powers")
+        low = ylabel.lower()
+        if "hit rate" in low and "(%)" not in ylabel and "(pp)" not in ylabel:
+            found.append(f"the hit rate of {title!r} is not in % ({ylabel!r})")
+        difference = "(pp)" in ylabel or " - " in ylabel or "gain" in low
+        rate = any(w in low for w in _RATE_WORDS) and not difference
+        if rate and ax.get_yscale() == "linear" and abs(ax.get_ylim()[0]) > 1e-12:
+            found.append(f"the y axis of {title!r} ({ylabel!r}) does not start at 0")
+        against_capacity = "capacity (" in xlabel.lower() or "cache size" in xlabel.lower()
+        if "hit rate" in low and not difference and against_capacity:
+            labels = [str(ln.get_label()) for ln in ax.get_lines()]
+            if CEILING_LABEL not in labels and "ceiling" not in [
+                ln.get_gid() for ln in ax.get_lines()
+            ]:
+                found.append(f"no infinite-cache ceiling in {title!r}")
+    return found
+
+
+def colours_by_policy(fig: Figure, policies: Any) -> dict[str, set[tuple[float, ...]]]:
+    """The colours each policy's series are drawn in (labelled lines whose label starts with
+    a policy's name, in every axes of ``fig``)."""
+    names = sorted((str(p) for p in policies), key=len, reverse=True)
+    out: dict[str, set[tuple[float, ...]]] = {}
+    for ax in _all_axes(fig):
+        for line in ax.get_lines():
+            label = series_name(line)
+            if label is None:
+                continue
+            word = label.split(" ")[0]
+            if word in names:
+                out.setdefault(word, set()).add(
+                    tuple(round(c, 4) for c in to_rgba(line.get_color()))
+                )
+    return out
+
+
 def draw(fig: Figure) -> Any:
-    """Lay ``fig`` out as saving with ``bbox_inches="tight"`` does (two draws: the second
-    lays out with the tick labels the first one chose), and return the renderer."""
+    """Draw ``fig`` as saving it does (one draw: its layout engine places the artists, then
+    they are drawn), keep that layout for the checks' own drawing (:func:`covered`), and
+    return the renderer."""
     FigureCanvasAgg(fig)
-    fig.draw_without_rendering()
-    fig.draw_without_rendering()
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
     return fig.canvas.get_renderer()  # type: ignore[attr-defined]
 
 
@@ -177,4 +424,6 @@ def _problems(fig: Figure) -> list[str]:
             if id(t) not in own and _overlap(box, tbox):
                 found.append(f"a legend overlaps {name} {_label(t)}")
     found.extend(hidden_series(fig))
+    found.extend(covered(fig))
+    found.extend(style_problems(fig))
     return found

@@ -58,6 +58,23 @@ class HeadRequeue(S3FIFOReference):
         self.M[h] = freq
 
 
+class SecondChanceResetsFreq(S3FIFOReference):
+    """Second chance that requeues M's head with freq 0 instead of freq - 1 (a block with
+    freq >= 2 gets one more pass instead of freq passes)."""
+
+    def admit_to_M(self, h: Hashable, freq: int) -> None:
+        while len(self.M) >= self.main_cap:
+            victim, vf = next(iter(self.M.items()))
+            if vf >= 1:
+                del self.M[victim]
+                self.M[victim] = 0  # requeued at the tail, but reset
+                continue
+            del self.M[victim]
+            self.insert_to_G(victim)
+            break
+        self.M[h] = freq
+
+
 class FreqResetOnPromotion(S3FIFOReference):
     """Resets freq to 0 when an S entry is promoted to M."""
 

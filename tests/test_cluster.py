@@ -18,7 +18,7 @@ from prefixsim.cluster.routers import GOLDEN, mix64, ring_points, router_names
 from prefixsim.cost import prefill_cost
 from prefixsim.hardware import HardwareProfile
 from prefixsim.models import ModelProfile, load_model
-from prefixsim.policies import policy_names
+from prefixsim.policies import get_policy, policy_names
 from strategies import conversations, policy_params
 
 # A toy model and GPU whose prefill times are easy by hand (block_size 1, so tokens = blocks):
@@ -41,7 +41,8 @@ TOY_MODEL = ModelProfile(
 TOY_GPU = HardwareProfile(name="toy", peak_flops={"bf16": 10.0}, bandwidth={"hbm": 4.0}, mfu=1.0)
 TOY_LOAD = LoadModel(TOY_MODEL, TOY_GPU)
 REAL_LOAD = LoadModel(load_model("llama-3.1-8b"), "h100")  # type: ignore[arg-type]
-ONLINE = [p for p in policy_names() if p != "BELADY"]
+ONLINE = [p for p in policy_names() if p != "BELADY" and get_policy(p).steps is not None]
+"""The policies every router runs compiled (their steps; RADIX has a reference only)."""
 
 
 def timed(trace: Trace, ms: list[float], out: list[int] | None = None) -> Trace:
@@ -395,7 +396,7 @@ def test_refusals() -> None:
     with pytest.raises(ParameterError, match="overlap_weight=-1"):
         make_router("kv_aware", overlap_weight=-1)
     with pytest.raises(ParameterError, match="seed"):
-        make_router("random", seed=-1)
+        make_router("random", seed=1.5)  # any integer is a seed (modulo 2**64), not a fraction
     for router in ("least_loaded", "kv_aware"):
         with pytest.raises(ParameterError, match="needs the load model"):
             run(trace, 2, router, load=None)

@@ -14,7 +14,7 @@ import pytest
 import prefixsim
 from conftest import bundled_head
 from prefixsim.hardware import HardwareProfile, load_hardware
-from prefixsim.models import ModelProfile, load_model
+from prefixsim.models import ModelProfile, load_model, profile_dir
 from sweep import ExecutorConfig, SweepConfig, run_sweep
 from sweep.__main__ import CONF_DIR
 from sweep.config import HardwareConfig, ModelConfig
@@ -279,12 +279,17 @@ def test_profile_checks_in_process(tmp_path: Path) -> None:
     with pytest.raises(prefixsim.ParameterError, match=r"unknown hardware \(known: a100, b200,"):
         check_profile_overrides(["model=llama-3.1-8b", "hardware=h1000"], CONF_DIR)
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "mine.yaml").write_text("name: mine\n")
+    bundled = (profile_dir("model") / "llama-3.1-8b.yaml").read_text()
+    (tmp_path / "model" / "mine.yaml").write_text(bundled.replace("llama-3.1-8b", "mine"))
     with pytest.raises(prefixsim.ParameterError, match="unknown model"):
         check_profile_overrides(["model=mine"], CONF_DIR)
     check_profile_overrides(["--config-dir", str(tmp_path), "model=mine"], CONF_DIR)
     check_profile_overrides([f"--config-dir={tmp_path}", "model=mine"], CONF_DIR)
     check_profile_overrides(["model=null", "hardware=h200"], CONF_DIR)
+    # the profile is read by the engine's loader (issue 22): a missing key names the file
+    (tmp_path / "model" / "stub.yaml").write_text("name: stub\n")
+    with pytest.raises(prefixsim.ParameterError, match=r"model/stub\.yaml: layers"):
+        check_profile_overrides(["--config-dir", str(tmp_path), "model=stub"], CONF_DIR)
 
 
 def test_help_lists_every_bundled_profile() -> None:

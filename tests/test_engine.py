@@ -61,7 +61,9 @@ def test_fast_kernel_is_the_driver_on_the_bundled_trace(
 
 # --- every policy in every position of a hierarchy ------------------------------------------
 
-ONLINE = [p for p in policy_names() if not get_policy(p).offline]
+COMPILED = [p for p in policy_names() if get_policy(p).steps is not None]
+"""Every policy with compiled steps (RADIX has a reference only: refused, tested below)."""
+ONLINE = [p for p in COMPILED if not get_policy(p).offline]
 
 
 def lower_tier_policies(mode: str) -> list[str]:
@@ -75,7 +77,13 @@ def any_params(draw: st.DrawFn, policy: str, max_capacity: int = 24) -> dict[str
     """A tier's parameters for ``policy``, small enough that evictions and ghosts happen."""
     names = get_policy(policy).params_type.field_names()
     tier: dict[str, Any] = {"policy": policy, "capacity": draw(st.integers(1, max_capacity))}
-    if "small_ratio" in names:
+    if policy == "S3FIFO_LCS":  # a small queue of 2 slots or more (1 admits nothing: refused)
+        ratio = draw(st.sampled_from([0.1, 0.25, 0.5]))
+        tier["capacity"] = max(tier["capacity"], round(2 / ratio))
+        tier["small_ratio"] = ratio
+        tier["ghost_ratio"] = draw(st.sampled_from([0.0, 0.5, 0.9, 2.0]))
+        tier["move_to_main_threshold"] = draw(st.integers(0, 3))
+    elif "small_ratio" in names:
         tier["capacity"] = max(tier["capacity"], 2)
         tier["small_ratio"] = draw(st.sampled_from([0.1, 0.25, 0.5, 0.75]))
         tier["max_freq"] = draw(st.integers(0, 3))
@@ -96,9 +104,9 @@ def hierarchies(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
     mode = draw(st.sampled_from(MODES))
     shape = draw(st.sampled_from(["alone", "first", "second", "three"]))
     if shape == "alone":
-        policies = [draw(st.sampled_from(policy_names()))]
+        policies = [draw(st.sampled_from(COMPILED))]
     elif shape == "first":
-        policies = [draw(st.sampled_from(policy_names())), "LRU"]
+        policies = [draw(st.sampled_from(COMPILED)), "LRU"]
     elif shape == "second":
         policies = ["LRU", draw(st.sampled_from(lower_tier_policies(mode)))]
     else:
@@ -124,7 +132,7 @@ def test_every_policy_in_every_position_kernel_is_reference(
     assert_tiers_agree(make_trace(requests), tiers, mode, block_size)
 
 
-@pytest.mark.parametrize("policy", policy_names())
+@pytest.mark.parametrize("policy", COMPILED)
 def test_one_tier_is_the_single_cache(conversation: Trace, policy: str) -> None:
     single = replay_params(conversation, make_params(policy, 2048), 512)
     for mode in MODES:
@@ -147,7 +155,30 @@ def test_refusals_are_the_documented_ones(policy: str, mode: str) -> None:
     else:
         with pytest.raises(ParameterError, match=r"tiers\[1\]\.policy"):
             replay_tiers(trace, tiers, mode)
-        assert policy == "BELADY" or (mode == "exclusive" and policy in ("CLOCK", "ARC"))
+        no_steps = get_policy(policy).steps is None  # RADIX: a reference only
+        no_removal = mode == "exclusive" and policy in ("CLOCK", "ARC")
+        assert policy == "BELADY" or no_steps or no_removal
+
+
+@pytest.mark.parametrize("engine", ["kernel", "reference"])
+def test_radix_is_refused_by_every_compiled_composition(engine: str) -> None:
+    """RADIX has a reference only (docs/policies.md, 'Refusals'): the single cache's kernel,
+    every tier position and the cluster's routers refuse it in one line, before any replay; its
+    reference runs the single cache and the static routers' instances."""
+    trace = make_trace([(2, [1, 2]), (2, [1, 3])])
+    params = make_params("RADIX", 4)
+    for first in (True, False):
+        tiers = [{"policy": "RADIX", "capacity": 4}, {"policy": "LRU", "capacity": 4}]
+        with pytest.raises(ParameterError, match=r"tiers\[\d\]\.policy='RADIX'.*no compiled"):
+            replay_tiers(trace, tiers if first else tiers[::-1], "inclusive", 1, engine=engine)  # type: ignore[arg-type]
+    if engine == "kernel":
+        with pytest.raises(ParameterError, match=r"policy='RADIX'.*no compiled"):
+            replay_params(trace, params, 1)
+        for router in ("kv_aware", "least_loaded", "round_robin"):
+            with pytest.raises(ParameterError, match=r"policy='RADIX'.*no compiled"):
+                replay_cluster_params(trace, params, 1, 2, make_router(router), LOAD)
+    else:
+        assert replay_params(trace, params, 1, engine="reference").hit_tokens.tolist() == [0, 1]
 
 
 def test_a_demoted_block_is_not_the_requests_in_lru_tail_first() -> None:

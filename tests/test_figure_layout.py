@@ -1,5 +1,6 @@
 """The figures read well at 1 policy and at 11: no legend over the data, no clipped or
-overlapping text, no series hidden under another without notice (:mod:`layout_checks`).
+overlapping text, no series hidden under another without notice (:mod:`layout_checks`). The
+bundled experiments and the README's commands themselves: test_figures_of_runs.py.
 
 The runs are written by the tests (the all-policies experiment's shape: every registered policy
 at ten capacities, S3FIFO also at several ``small_ratio`` and ``max_freq``), with identical
@@ -115,6 +116,34 @@ def test_the_checks_catch_a_legend_on_the_data_and_a_hidden_series() -> None:
     assert any("tick label" in p and "overlaps tick label" in p for p in found)
 
 
+def test_the_checks_catch_covered_series_and_broken_style() -> None:
+    """The pixel check finds a series under another (not identical: a thicker line over it),
+    a marker under another's, and the style checks what the one style forbids."""
+    fig = Figure(figsize=(3.4, 2.0))
+    ax = fig.subplots()
+    x = np.array([1024.0, 2048.0, 4096.0])
+    ax.plot(x, [0.1, 0.2, 0.3], color="C0", marker="o", label="under")
+    ax.plot(x, [0.1, 0.2, 0.3001], color="C1", linewidth=4, marker="s", markersize=8, label="over")
+    ax.plot(x, [0.3, 0.2, 0.25], color="C2", marker="o", label="one marker under")
+    ax.plot([2048.0], [0.2], color="C3", marker="s", markersize=9, label="big")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0.05, 0.35)
+    ax.set_xlabel("capacity [blocks]")
+    ax.set_ylabel("token hit rate")
+    for label in ax.get_xticklabels():
+        label.set_rotation(30)
+    ax.legend()
+    found = problems(fig)
+    assert "'under' is hidden under other series in '' without notice" in found
+    assert "1 of 3 markers of 'one marker under' in '' are hidden under other series" in found
+    assert "the hit rate of '' is not in % ('token hit rate')" in found
+    assert any(p.startswith("axis label 'capacity [blocks]'") for p in found)
+    assert any("is rotated" in p for p in found)
+    assert any("is a power" in p for p in found)  # 2^10 .. 2^12
+    assert "a legend inside the axes ''" in found
+    assert "the y axis of '' ('token hit rate') does not start at 0" in found
+
+
 def test_trace_panels_follow_the_typed_order_and_use_file_stems(tmp_path: Path) -> None:
     typed = ("/data/zeta.jsonl", "alpha")  # typed zeta first; alphabetical order would swap them
     run = write_run(tmp_path / "run", all_policies_results(("LRU",), typed))
@@ -122,29 +151,13 @@ def test_trace_panels_follow_the_typed_order_and_use_file_stems(tmp_path: Path) 
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["zeta", "alpha"]
 
 
-@pytest.mark.slow
-def test_the_all_policies_experiment_reads_well(tmp_path: Path) -> None:
-    """The experiment itself (``+experiment=all_policies``) on the bundled trace, at four of
-    its capacities: every registered policy, real data (LFU equals SIEVE there)."""
-    import dataclasses
-
-    from sweep import ExecutorConfig, run_sweep
-    from sweep.config import PlotConfig
-    from test_sweep import compose
-
-    cfg = compose("+experiment=all_policies", "capacity=1024,4096,16384,65536")
-    cfg = dataclasses.replace(
-        cfg,
-        out_dir=str(tmp_path / "run"),
-        executor=ExecutorConfig(n_jobs=1),
-        plot=PlotConfig(enabled=False),
-        progress=False,
-    )
-    assert sorted(cfg.policy) == sorted(ALL_POLICIES)
-    summary = run_sweep(cfg)
-    assert summary.exit_code == 0
-    figures = figures_of(tmp_path / "run")
-    assert set(figures) == {"hit_rate_vs_capacity", "occupancy", "hit_ratio_cdf",
-                            "hit_rate_over_time"}  # fmt: skip
-    found = {name: problems(fig, style_context()) for name, fig in figures.items()}
-    assert {name: p for name, p in found.items() if p} == {}
+def test_coinciding_markers_stay_visible(tmp_path: Path) -> None:
+    """The user's command: S3FIFO and LRU both end 100% full at two of three capacities; both
+    markers must show there (the last drawn hid the first), and both CDFs' markers."""
+    df = make_results(capacities=(1024, 2048, 4096), small_ratios=(0.1,), traces=("alpha",))
+    df.loc[df.policy == "S3FIFO", "final_cache_blocks"] = [850, 2048, 4096]
+    df.loc[df.policy == "LRU", "final_cache_blocks"] = [1024, 2048, 4096]
+    run = write_run(tmp_path / "run", df)
+    figures = figures_of(run)
+    for name in ("occupancy", "hit_ratio_cdf"):
+        assert problems(figures[name], style_context()) == [], name

@@ -56,15 +56,17 @@ def ydata(fig, row: int = 0) -> dict[str, list[float]]:  # type: ignore[no-untyp
 
 def test_hit_rate_lines_and_share_of_one_cache() -> None:
     fig = fig_cluster_hit_rate(results())
-    lines = ydata(fig)
-    assert lines["round_robin"] == pytest.approx([0.4, 0.2, 0.1])
-    assert lines["kv_aware"] == pytest.approx([0.4, 0.45, 0.55])
+    lines = ydata(fig)  # in percent
+    assert lines["round_robin"] == pytest.approx([40, 20, 10])
+    assert lines["kv_aware"] == pytest.approx([40, 45, 55])
     # One cache of n * 100 blocks at n = 1, 2, 4: 0.4, 0.5, 0.6.
-    assert lines["one cache of all memory"] == pytest.approx([0.4, 0.5, 0.6])
+    assert lines["one cache of all memory"] == pytest.approx([40, 50, 60])
     # Shares: round_robin 0.4/0.4, 0.2/0.5, 0.1/0.6; kv_aware 0.4/0.4, 0.45/0.5, 0.55/0.6.
-    shares = [list(ln.get_ydata()) for ln in fig.axes[1].lines if ln.get_marker() != "None"]
-    assert shares[0] == pytest.approx([1.0, 0.4, 1 / 6])
-    assert shares[1] == pytest.approx([1.0, 0.9, 0.55 / 0.6])
+    shares = ydata(fig, row=1)
+    assert shares["round_robin"] == pytest.approx([100, 40, 100 / 6])
+    assert shares["kv_aware"] == pytest.approx([100, 90, 55 / 0.6])
+    assert fig.axes[0].get_ylim()[0] == fig.axes[1].get_ylim()[0] == 0
+    assert fig.axes[0].get_xlabel() == "Instances (100 blocks each)"
 
 
 def test_hit_rate_without_bigger_single_caches_has_no_share_row() -> None:
@@ -75,11 +77,19 @@ def test_hit_rate_without_bigger_single_caches_has_no_share_row() -> None:
 
 def test_ttft_and_imbalance() -> None:
     ttft = fig_cluster_ttft(results())
-    ys = [list(ln.get_ydata()) for ln in ttft.axes[0].lines if len(ln.get_ydata())]
-    # per router: p50 = 10 / n and p99 = 100 / n at n = 1, 2, 4
-    assert ys[0] == pytest.approx([10, 5, 2.5]) and ys[1] == pytest.approx([100, 50, 25])
+    p50 = ydata(ttft)
+    p99 = {
+        ln.get_label().removeprefix("_part of "): list(ln.get_ydata())
+        for ln in ttft.axes[0].lines
+        if ln.get_label().startswith("_part of ") and ln.get_linestyle() == "--"
+    }
+    # per router: p50 = 10 / n and p99 = 100 / n at n = 1, 2, 4 (the same for both routers)
+    assert p50["round_robin"] == pytest.approx([10, 5, 2.5])
+    assert p99["round_robin"] == pytest.approx([100, 50, 25])
+    assert p99["kv_aware (= round_robin)"] == pytest.approx([100, 50, 25])
+    assert "p50" in [t.get_text() for t in ttft.legends[0].get_texts()]
     imbalance = ydata(fig_cluster_load_imbalance(results()))
-    assert imbalance["kv_aware"] == pytest.approx([1.1, 1.2, 1.4])
+    assert imbalance["kv_aware (= round_robin)"] == pytest.approx([1.1, 1.2, 1.4])
 
 
 def test_skips_say_why(tmp_path: Path) -> None:

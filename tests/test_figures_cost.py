@@ -47,13 +47,15 @@ def test_axes_in_bytes_and_est_labels(run_dir: Path) -> None:
     fig = fig_hit_rate_vs_cache_size(results, traces)
     ax = fig.axes[0]
     fig.canvas.draw()  # tick labels are formatted on draw
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["1 GiB", "2 GiB", "4 GiB"]
-    assert "GiB" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1GiB", "2GiB", "4GiB"]
+    assert ax.get_xlabel() == "Cache size (bytes)"
+    assert ax.get_ylabel() == "Token hit rate (%)"
     assert {line.get_label() for line in ax.get_lines()} >= {"S3FIFO", "LRU", "infinite cache"}
-    # the plotted hit rates are the results' own
+    # the plotted hit rates are the results' own, in percent
     lru = results[results.policy == "LRU"].sort_values("cache_bytes")
     line = next(ln for ln in ax.get_lines() if ln.get_label() == "LRU")
-    assert list(line.get_ydata()) == lru.overall_hit_rate.tolist()
+    assert list(line.get_ydata()) == pytest.approx((lru.overall_hit_rate * 100).tolist())
+    assert ax.get_ylim()[0] == 0
 
     fig = fig_prefill_saved_vs_cache_size(results)
     flops_ax, est_ax = fig.axes[:2]
@@ -105,3 +107,32 @@ def test_capacity_axis_in_bytes(run_dir: Path) -> None:
     assert format_capacity(2.0**40, True, "B") == "1TiB"  # not 1024GiB
     with pytest.raises(prefixsim.ParameterError, match=r"plot\.capacity_axis"):
         SweepConfig(plot=PlotConfig(capacity_axis="GiB"))
+
+
+def test_one_colour_per_policy_in_every_figure(run_dir: Path) -> None:
+    """A policy has one colour in every figure of a run, two policies never share one (the
+    cost figures used matplotlib's cycle: S3FIFO was orange there and navy elsewhere)."""
+    from layout_checks import colours_by_policy
+    from sweep.figures import RunData, SkipFigure, figure_kinds
+    from sweep.figures.data import load_results
+    from sweep.figures.style import style_context
+
+    data = RunData(run_dir, load_results(run_dir))
+    colours: dict[str, set[tuple[float, ...]]] = {}
+    drawn = []
+    with style_context():
+        for kind in figure_kinds():
+            if kind.applies is not None and not kind.applies(data):
+                continue
+            try:
+                fig = kind.draw(data)
+            except SkipFigure:
+                continue
+            drawn.append(kind.name)
+            for policy, seen in colours_by_policy(fig, ["S3FIFO", "LRU"]).items():
+                colours.setdefault(policy, set()).update(seen)
+    assert {"hit_rate_vs_capacity", "hit_rate_vs_cache_size", "prefill_saved_vs_cache_size"} <= (
+        set(drawn)
+    )
+    assert {p: len(c) for p, c in colours.items()} == {"S3FIFO": 1, "LRU": 1}
+    assert colours["S3FIFO"] != colours["LRU"]

@@ -64,7 +64,8 @@ def make_results(
     nullable integer columns)."""
     rows = []
     for trace, bs, policy, cap in itertools.product(traces, block_sizes, policies, capacities):
-        has_params = policy.startswith("S3FIFO")
+        # the S3FIFO keys (S3FIFO_LCS has its own parameters, not these)
+        has_params = "max_freq" in prefixsim.get_policy(policy).params_type.field_names()
         combos = (
             [
                 (sr, mf, gf)
@@ -169,8 +170,13 @@ def panels(fig: Figure) -> list[Axes]:
     return [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
 
 
+def labelled(ax: Axes) -> list:  # type: ignore[type-arg]
+    """The lines of the series (the extra markers the style draws are labelled ``_...``)."""
+    return [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
 def policy_lines(ax: Axes) -> list:  # type: ignore[type-arg]
-    return [line for line in ax.get_lines() if line.get_gid() != style.CEILING_GID]
+    return [line for line in labelled(ax) if line.get_gid() != style.CEILING_GID]
 
 
 def legend_labels(fig: Figure) -> list[str]:
@@ -226,15 +232,15 @@ def test_hit_rate_vs_capacity(full: pd.DataFrame) -> None:
         assert [child.get_xlabel() for child in ax.child_axes] == ["Capacity (tokens)"]
         lines = policy_lines(ax)
         assert len(lines) == 2
-        assert len(ax.get_lines()) == 3  # and the ceiling
+        assert len(labelled(ax)) == 3  # and the ceiling
         (ceiling,) = [line for line in ax.get_lines() if line.get_gid() == style.CEILING_GID]
         assert list(ceiling.get_ydata()) == [CEILING * 100] * 2
         s3fifo, lru = lines
         assert list(s3fifo.get_xdata()) == list(CAPACITIES)
         expected = [hit_rate("S3FIFO", c, 0.1, 3, 0) * 100 for c in CAPACITIES]
         np.testing.assert_allclose(s3fifo.get_ydata(), expected)
-        assert s3fifo.get_color() == style.policy_style("S3FIFO")["color"]
-        assert lru.get_marker() == style.policy_style("LRU")["marker"]
+        assert s3fifo.get_color() == style.INDIGO  # the preferred looks: no other policy
+        assert lru.get_marker() == "s"
     assert legend_labels(fig) == ["S3FIFO (defaults)", "LRU", "infinite cache"]
 
 
@@ -243,7 +249,7 @@ def test_hit_rate_vs_capacity_without_traces_file_or_defaults() -> None:
     df = pd.concat([df, df[df.small_ratio == 0.3].iloc[:1]])  # 0.3 is the most frequent
     fig = capacity.fig_hit_rate_vs_capacity(df, None)
     (ax,) = panels(fig)
-    assert len(ax.get_lines()) == 2  # no ceiling line
+    assert len(labelled(ax)) == 2  # no ceiling line
     assert legend_labels(fig) == ["S3FIFO (small_ratio=0.3)", "LRU"]
 
 
@@ -251,8 +257,33 @@ def test_several_block_sizes_get_a_panel_each_and_no_token_axis() -> None:
     df = make_results(traces=("alpha",), block_sizes=(16, 32))
     fig = capacity.fig_hit_rate_vs_capacity(df)
     titles = [ax.get_title() for ax in panels(fig)]
-    assert titles == ["alpha, 16-token blocks", "alpha, 32-token blocks"]
+    assert titles == ["block_size=16", "block_size=32"]  # what differs between the panels
     assert all(not ax.child_axes for ax in panels(fig))
+
+
+def test_panels_say_what_differs_and_leave_out_panels_without_a_hit() -> None:
+    df = make_results(traces=("/x/run/a.jsonl", "/y/run/a.jsonl"), block_sizes=(16, 64))
+    df["block_accesses"] = 10
+    titles = [p.title for p in data.panels(df)]
+    # the same file stem in two folders: named by the folders that tell them apart
+    assert titles == [
+        "x/run/a, block_size=16",
+        "x/run/a, block_size=64",
+        "y/run/a, block_size=16",
+        "y/run/a, block_size=64",
+    ]
+    empty = (df.block_size == 64) & (df.trace == "/y/run/a.jsonl")
+    df.loc[empty, ["total_hit_tokens", "block_accesses"]] = 0
+    assert len(data.panels(df)) == 3
+    df.loc[df.block_size == 64, ["total_hit_tokens", "block_accesses"]] = 0
+    df.loc[df.block_size == 16, "total_hit_tokens"] = 0
+    with pytest.raises(figures.SkipFigure) as info:
+        data.panels(df)
+    assert info.value.reason == (
+        "x/run/a at block_size=16: no point has a hit; x/run/a at block_size=64: no request "
+        "has a full block; y/run/a at block_size=16: no point has a hit; y/run/a at "
+        "block_size=64: no request has a full block (every hit rate is 0)"
+    )
 
 
 def test_small_ratio_tuning(full: pd.DataFrame) -> None:
@@ -263,11 +294,17 @@ def test_small_ratio_tuning(full: pd.DataFrame) -> None:
     for line_ax, heat_ax in zip(axes[::2], axes[1::2], strict=True):
         assert line_ax.get_xlabel() == "small_ratio (fraction of capacity)"
         assert line_ax.get_ylabel() == "Token hit rate (%)"
-        lines = line_ax.get_lines()
+        lines = labelled(line_ax)
         assert len(lines) == len(CAPACITIES)
         assert list(lines[0].get_xdata()) == [0.05, 0.1, 0.2]
         assert heat_ax.get_ylabel() == "Capacity (blocks)"
-        assert heat_ax.get_title() == "S3FIFO gain over LRU (pp)"
+        assert heat_ax.get_title() == "S3FIFO gain over LRU (pp; framed: the best)"
+        # the optimum of each capacity is starred: hit_rate() grows with small_ratio here
+        stars = [ln for ln in line_ax.get_lines() if ln.get_marker() == "*"]
+        drawn = [ln for ln in stars if ln.get_markevery() != []]  # markers drawn, not moved
+        assert [[float(x) for x in ln.get_xdata()] for ln in drawn] == [[0.2]] * len(CAPACITIES)
+        frames = [p for p in heat_ax.patches if not p.get_fill()]
+        assert [p.get_x() + 0.5 for p in frames] == [2.0] * len(CAPACITIES)  # the 0.2 column
         assert not heat_ax.get_lines()
         (image,) = heat_ax.get_images()
         gain = np.asarray(image.get_array())
@@ -282,12 +319,8 @@ def test_small_ratio_tuning_without_lru(caplog: pytest.LogCaptureFixture) -> Non
     caplog.set_level(logging.INFO, logger="sweep.plot")
     fig = small_ratio.fig_small_ratio_tuning(make_results(policies=("S3FIFO",)))
     assert len(panels(fig)) == 2
-    assert all(len(ax.get_lines()) == 3 and not ax.get_images() for ax in panels(fig))
+    assert all(len(labelled(ax)) == 3 and not ax.get_images() for ax in panels(fig))
     assert "no LRU point" in caplog.text
-
-
-def labelled(ax: Axes) -> list:  # type: ignore[type-arg]
-    return [line for line in ax.get_lines() if not line.get_label().startswith("_")]
 
 
 def test_max_freq_effect_is_the_difference_from_the_default(full: pd.DataFrame) -> None:
@@ -334,7 +367,7 @@ def test_occupancy(full: pd.DataFrame) -> None:
     for ax in axes:
         assert ax.get_ylabel() == "Final occupancy (% of capacity)"
         assert ax.get_xlabel() == "Capacity (blocks)"
-        s3fifo, lru = ax.get_lines()
+        s3fifo, lru = labelled(ax)
         np.testing.assert_allclose(s3fifo.get_ydata(), [75, 75, 75])
         np.testing.assert_allclose(lru.get_ydata(), [100, 100, 100])
 
@@ -361,7 +394,7 @@ def test_hit_ratio_cdf(full: pd.DataFrame) -> None:
     for ax in axes:
         assert ax.get_xlabel() == "Request hit ratio (% of prompt tokens)"
         assert ax.get_ylabel() == "CDF (fraction of requests)"
-        lines = ax.get_lines()
+        lines = labelled(ax)
         assert len(lines) == 2
         for line in lines:
             y = np.asarray(line.get_ydata())
@@ -380,12 +413,12 @@ def test_hit_rate_over_time(full: pd.DataFrame) -> None:
     for ax in axes:
         assert ax.get_xlabel() == "Time since trace start (s; 2 s bins)"
         assert ax.get_ylabel() == "Token hit rate (%)"
-        assert len(ax.get_lines()) == 2
+        assert len(labelled(ax)) == 2
     # alpha/S3FIFO: requests at 0 and 1 s share the first of 60 two-second bins, the others
     # fall in bins 30 and 59; the empty bins are left out
     point = points[(points.trace == "alpha") & (points.policy == "S3FIFO")].iloc[0]
     rows = per_request[per_request.point_id == point.point_id]
-    line = axes[0].get_lines()[0]
+    line = labelled(axes[0])[0]
     np.testing.assert_allclose(line.get_xdata(), [1, 61, 119])  # bin centres (s)
     hits, prompt = rows.hit_tokens.to_numpy(), rows.prompt_tokens.to_numpy()
     np.testing.assert_allclose(
@@ -401,11 +434,11 @@ def test_chosen_points_label_what_differs(full: pd.DataFrame) -> None:
     ]  # fmt: skip
     fig = requests.fig_hit_ratio_cdf(chosen, make_per_request(full))
     (ax,) = panels(fig)
-    assert [line.get_label() for line in ax.get_lines()] == [
+    assert [line.get_label() for line in labelled(ax)] == [
         "S3FIFO (small_ratio=0.05)",
         "S3FIFO (small_ratio=0.2)",
     ]
-    assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "--"]
+    assert [line.get_linestyle() for line in labelled(ax)] == ["-", "--"]
 
 
 # --- skipped figures ---------------------------------------------------------------------------
@@ -488,7 +521,7 @@ def test_explicit_points(tmp_path: Path, full: pd.DataFrame) -> None:
     assert set(run_data.per_request.point_id) == set(ids)  # only the chosen points are read
     fig = requests.fig_hit_ratio_cdf(run_data.points, run_data.per_request)
     (ax,) = panels(fig)
-    assert [line.get_label() for line in ax.get_lines()] == [
+    assert [line.get_label() for line in labelled(ax)] == [
         "LRU (256 blocks)",
         "LRU (512 blocks)",
         "LRU (1Ki blocks)",
@@ -544,18 +577,27 @@ def test_cli_bad_points_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 # --- styles --------------------------------------------------------------------------------------
 
 
-def test_policy_styles_are_fixed_and_distinct() -> None:
-    known = [style.policy_style(p) for p in style.POLICY_STYLES]
-    looks = {(s["color"], s["marker"], s["linestyle"]) for s in known}
-    assert len(looks) == len(style.POLICY_STYLES)
-    assert len({s["marker"] for s in known}) == len(known)
-    assert set(prefixsim.policy_names()) <= set(style.POLICY_STYLES)
-    assert style.policy_style("S3FIFO") == {"color": style.INDIGO, "marker": "o", "linestyle": "-"}
-    # a prefix-aware variant keeps its base policy's colour
-    assert style.policy_style("S3FIFO_LEAF")["color"] == style.policy_style("S3FIFO")["color"]
-    new = style.policy_style("SOME_NEW_POLICY")
-    assert new == style.policy_style("SOME_NEW_POLICY")  # deterministic
-    assert (new["color"], new["marker"], new["linestyle"]) not in looks
+def test_a_runs_policies_get_distinct_looks() -> None:
+    every = style.Palette(prefixsim.policy_names())
+    looks = [every.policy(p) for p in prefixsim.policy_names()]
+    assert len({look["color"] for look in looks}) == len(looks)  # all registered, all apart
+    assert len({look["marker"] for look in looks}) == len(looks)
+    assert every.policy("S3FIFO") == {"color": style.INDIGO, "marker": "o", "linestyle": "-"}
+    # a prefix-aware variant: its base policy's colour when the run lacks the base policy,
+    # another of the same family beside it
+    assert style.Palette(["S3FIFO_LEAF"]).policy("S3FIFO_LEAF")["color"] == style.INDIGO
+    assert every.policy("S3FIFO_LEAF")["color"] == style.BLUE
+    assert every.policy("LRU_LEAF")["color"] != every.policy("LRU")["color"]
+    # one look per name, whatever asks first; a policy the palette was not built with gets
+    # the next free look
+    run = style.Palette(["LRU", "S3FIFO"])
+    assert run.policy("LRU") == run.policy("LRU") == every.policy("LRU")
+    new = run.policy("SOME_NEW_POLICY")
+    assert new["color"] not in {run.policy(p)["color"] for p in ("LRU", "S3FIFO")}
+    assert run.policy("SOME_NEW_POLICY") == new
+    # routers and tiers have looks of their own
+    assert run.router("kv_aware") != run.router("round_robin")
+    assert run.tier("hbm") != run.tier("dram") and run.tier("hbm") == run.tier("hbm")
 
 
 def test_format_capacity() -> None:
@@ -626,7 +668,6 @@ def test_unchanged_inputs_are_not_redrawn(tmp_path: Path) -> None:
         ("plot=true", "plot.enabled=true"),
         ("plot.enabled=false", "plot.enabled=false"),
         ("plot.formats=[png,pdf]", "plot.formats=[png,pdf]"),
-        ("plot=abc", "plot=abc"),  # not a bool: Hydra rejects it, naming the key
     ],
 )
 def test_plot_false_is_plot_enabled_false(typed: str, expected: str) -> None:

@@ -24,10 +24,11 @@ from mutants import (
     IntSmallCap,
     PlainFifoMain,
     Request,
+    SecondChanceResetsFreq,
     Unsaturated,
     simulate,
 )
-from prefixsim import get_policy, make_params, replay
+from prefixsim import Trace, get_policy, make_params, replay, replay_cluster, replay_tiers
 from prefixsim.policies.base import ReferencePolicy
 from prefixsim.policies.lru import LRUReference
 from prefixsim.policies.s3fifo import S3FIFOParams
@@ -124,6 +125,30 @@ CASES["second_chance_main"] = Case(
     [one("a"), one("a"), one("x"), one("y"), one("x"), one("z"), one("y"), one("a")],
     hits=[0, 512, 0, 0, 0, 0, 0, 512], final=3,
     mistakes=[PlainFifoMain, HeadRequeue, FreqResetOnPromotion, "LRU"],
+)  # fmt: skip
+
+# Second chance decrements freq by one per pass: a block that enters M with freq 3 survives
+# three passes over M's head. capacity 3, small_ratio 0.34: S 1, M 2, G 2; max_freq 3.
+# R1 [a]: S=[a0].  R2 [a,a,a] (1536 tokens): all resident at arrival -> 1536; a3.
+# R3 [b]: pop a3 -> promoted with its freq: M=[a3]; S=[b0].
+# R4 [c]: pop b0 -> G=[b]; S=[c0].  R5 [b]: 0; ghost hit -> M=[a3,b0]; G=[].
+# R6 [d]: pop c0 -> G=[c]; S=[d0].
+# R7 [c]: 0; ghost hit, M full: a3 -> tail as a2: M=[b0,a2]; b0 evicted -> G=[b]; M=[a2,c0].
+# R8 [e]: pop d0 -> G=[b,d]; S=[e0].
+# R9 [d]: 0; ghost hit -> G=[b]; a2 -> tail as a1: M=[c0,a1]; c0 evicted -> G=[b,c];
+#         M=[a1,d0].
+# R10 [f]: pop e0 -> G full, drops b: G=[c,e]; S=[f0].
+# R11 [e]: 0; ghost hit -> G=[c]; a1 -> tail as a0: M=[d0,a0]; d0 evicted -> G=[c,d];
+#          M=[a0,e0].
+# R12 [a]: a in M -> 512.  Final: S=[f0], M=[a1,e0] -> 3.
+# Requeueing with freq 0 instead of freq - 1 evicts a at R9 (R12 = 0), as do plain FIFO, head
+# requeue and freq reset on promotion (at R7); LRU capacity 3 has evicted a by R12.
+CASES["second_chance_decrements_freq"] = Case(
+    "S3FIFO", {"capacity": 3, "small_ratio": 0.34},
+    [one("a"), one("a", "a", "a"), one("b"), one("c"), one("b"), one("d"), one("c"), one("e"),
+     one("d"), one("f"), one("e"), one("a")],
+    hits=[0, 1536, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512], final=3,
+    mistakes=[SecondChanceResetsFreq, PlainFifoMain, HeadRequeue, FreqResetOnPromotion, "LRU"],
 )  # fmt: skip
 
 # Saturating freq. Same queues as above with max_freq 1.
@@ -231,6 +256,7 @@ def test_every_common_mistake_is_caught() -> None:
         "LRU", "no_clamp", "GhostResident", "Unsaturated", "PlainFifoMain", "HeadRequeue",
         "set_intersection", "freq_only_on_prefix", "GhostInFinalSize", "FreqResetOnPromotion",
         "IntSmallCap", "GhostSizedLikeSmall", "access_before_scan", "FifoForLRU",
+        "SecondChanceResetsFreq",
     }  # fmt: skip
 
 
@@ -241,3 +267,72 @@ def test_small_cap_uses_bankers_round() -> None:
     assert S3FIFOParams(capacity=4096, small_ratio=0.1).main_cap == 3686
     assert S3FIFOParams(capacity=10, small_ratio=0.25).small_cap == 2
     assert S3FIFOParams(capacity=4096, small_ratio=0.1).ghost_cap == 3686
+
+
+# --- second chance, for every freq up to max_freq ----------------------------------------------
+
+
+def second_chance_trace(main_cap: int, f: int, k: int) -> list[Request]:
+    """Block ``a`` accessed ``1 + f`` times in S, promoted to M (with freq min(f, max_freq)),
+    then M filled with ``main_cap - 1`` cold blocks and ``k`` more admissions to M, then ``a``.
+
+    S holds 1 block. R1 [a]; R2 [a] * f; R3 [n0] promotes a: M=[a]. Then for i = 1, 2, ...:
+    [n_i] pushes S's cold head n_{i-1} to G and [n_{i-1}] ghost-hits it into M with freq 0. The
+    first main_cap - 1 of those fill M = [a, n0, ...]; each later one evicts exactly one block.
+    """
+    requests = [one("a"), one(*["a"] * f), one("n0")]
+    for i in range(1, main_cap + k):
+        requests += [one(f"n{i}"), one(f"n{i - 1}")]
+    return [*requests, one("a")]
+
+
+def every_s3fifo_engine(trace: Trace, params: dict[str, Any]) -> dict[str, tuple[list[int], int]]:
+    """Hit tokens per request and final size from each implementation of S3FIFO the public
+    APIs reach: the single cache (kernel and reference), a one-tier hierarchy (the tier
+    kernel), and one instance behind the least_loaded router (the cluster kernel)."""
+    out = {}
+    for engine in ("kernel", "reference"):
+        r = replay(trace, "S3FIFO", block_size=BS, engine=engine, **params)
+        out[engine] = (r.hit_tokens.tolist(), r.final_cache_blocks)
+    t = replay_tiers(trace, [{"policy": "S3FIFO", **params}], block_size=BS)
+    out["tiers"] = (t.hit_tokens.tolist(), t.final_cache_blocks)
+    c = replay_cluster(trace, 1, "least_loaded", "S3FIFO", params["capacity"], BS,
+                       policy_params={k: v for k, v in params.items() if k != "capacity"},
+                       model="llama-3.1-8b", hardware="h100")  # fmt: skip
+    assert c.engine == "kernel"
+    out["cluster"] = (c.hit_tokens.tolist(), int(c.final_cache_blocks.sum()))
+    return out
+
+
+def a_survives(main_cap: int, freq: int, k: int) -> bool:
+    """Whether ``a`` (freq ``freq`` at M's head, the other main_cap - 1 blocks cold) is still
+    resident after k admissions to the full M. Each admission evicts one cold block; a is
+    passed over (requeued with freq - 1) at the admissions that find it at the head: the 1st,
+    then every main_cap - 1 admissions after (the cold blocks ahead of it): admissions
+    1 + j * (main_cap - 1), j = 0, 1, ... At its pass j + 1 it holds freq - j, so it is
+    evicted at pass freq + 1, admission 1 + freq * (main_cap - 1): resident iff
+    k <= freq * (main_cap - 1)."""
+    return k <= freq * (main_cap - 1)
+
+
+@pytest.mark.parametrize("max_freq", [1, 2, 3, 5])
+@pytest.mark.parametrize("main_cap", [2, 3, 5])
+def test_second_chance_passes_equal_freq(main_cap: int, max_freq: int) -> None:
+    """For every freq a promoted block can hold (1 .. max_freq, and past it, saturated), the
+    block survives exactly freq passes over M's head: resident after freq * (main_cap - 1)
+    admissions, evicted by the next one. Requeueing with freq 0 (not freq - 1) fails every
+    freq >= 2; a missing decrement or a decrement by two fails too."""
+    params = {"capacity": main_cap + 1, "small_ratio": 1 / (main_cap + 1), "max_freq": max_freq}
+    assert S3FIFOParams(**params).small_cap == 1
+    for f in range(1, max_freq + 2):
+        freq = min(f, max_freq)
+        for k in (freq * (main_cap - 1), freq * (main_cap - 1) + 1):
+            requests = second_chance_trace(main_cap, f, k)
+            probe = BS if a_survives(main_cap, freq, k) else 0
+            hits = [0, BS * f, *[0] * (len(requests) - 3), probe]
+            for engine, (got, final) in every_s3fifo_engine(make_trace(requests), params).items():
+                assert got == hits, (engine, f, k)
+                assert final == main_cap + 1, (engine, f, k)
+            if freq >= 2 and probe:
+                mutant = SecondChanceResetsFreq(make_params("S3FIFO", **params))
+                assert simulate(requests, mutant, BS)[0][-1] == 0

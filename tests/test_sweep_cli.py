@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -42,9 +43,12 @@ def sweep(cwd: Path, *args: str, plot: bool = False) -> subprocess.CompletedProc
 def test_the_exact_user_command(tmp_path: Path) -> None:
     done = sweep(tmp_path, "capacity=1024,2048,4096", "policy=S3FIFO,LRU", plot=True)
     assert done.returncode == 0, done.stderr
-    run_dirs = list((tmp_path / "outputs").glob("*/*"))
+    run_dirs = [p for p in (tmp_path / "outputs").glob("*/*") if p.parent.name != "latest"]
     assert len(run_dirs) == 1
     run_dir = run_dirs[0]
+    # outputs/latest: the last run, for out_dir= and python -m sweep.plot (issue 21)
+    latest = tmp_path / "outputs" / "latest"
+    assert latest.is_symlink() and latest.resolve() == run_dir.resolve()
     assert re.fullmatch(
         r"\d{4}-\d{2}-\d{2}/\d{2}-\d{2}-\d{2}", f"{run_dir.parent.name}/{run_dir.name}"
     )
@@ -93,8 +97,8 @@ def test_help_and_cfg_job(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "status", "needles"),
     [
-        (["capcity=5"], 1, ["capcity"]),
-        (["capacity=abc"], 1, ["capacity", "could not be converted to Integer"]),
+        (["capcity=5"], 2, ["capcity", "did you mean capacity?"]),
+        (["capacity=abc"], 2, ["capacity=abc: 'abc' is not an integer"]),
         (["capacity=0"], 2, ["invalid capacity=0", "expected an integer >= 1"]),
         (["policy=S3FIFO", "capacity=1"], 2, ["small_ratio", "leaves S empty"]),
         (["executor=loky,dask"], 2, ["only the grid keys"]),
@@ -131,36 +135,57 @@ def test_range_and_several_traces(tmp_path: Path, small_trace: Path) -> None:  #
 
 
 SLOW_SWEEP = """
-import sys, time
+import os, sys, time
 import prefixsim
 real = prefixsim.replay_params
-def slow(*args, **kwargs):
-    time.sleep(0.05)
-    return real(*args, **kwargs)
+delay = float(os.environ.get("SLOW_SWEEP_SECONDS", "0.05"))
+def slow(trace, *args, **kwargs):
+    if trace.n_requests > 1:  # the replays, not planning's checks on one request
+        time.sleep(delay)
+    return real(trace, *args, **kwargs)
 prefixsim.replay_params = slow
 from sweep.__main__ import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def _start_slow(cwd: Path, *args: str) -> subprocess.Popen[str]:
+def _start_slow(cwd: Path, *args: str, seconds: float = 0.05) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", SLOW_SWEEP, *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "SLOW_SWEEP_SECONDS": str(seconds)},
     )
 
 
-def _wait_for_parts(out: Path, n: int, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    parts = out / ".sweep" / "parts"
-    while time.monotonic() < deadline and proc.poll() is None:
-        if parts.is_dir() and len(list(parts.glob("*.arrow"))) >= n:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no {n} part files in time (exit {proc.poll()})")
+def signal_when(
+    proc: subprocess.Popen[str], ready: Callable[[], bool], how: int = signal.SIGINT
+) -> str:
+    """Send ``how`` to ``proc`` once ``ready()`` (or after a minute); its stderr."""
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.02)
+        proc.send_signal(how)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return stderr
+
+
+def resume_command_of(stderr: str) -> list[str]:
+    """The command the interrupted run's last message gives (after ``to compute the N
+    missing: ``), as arguments for this interpreter."""
+    import shlex
+
+    line = next(x for x in reversed(stderr.splitlines()) if "missing: " in x)
+    command = shlex.split(line.split("missing: ", 1)[1])
+    assert command[:3] == ["python", "-m", "sweep"], line
+    return [sys.executable, *command[1:]]
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
@@ -174,26 +199,25 @@ def test_killed_sweep_loses_no_finished_point(
     out = tmp_path / "out"
     args = [*grid, f"out_dir={out}", "executor.n_jobs=1", "executor.batch_size=1"]
     proc = _start_slow(tmp_path, *args)
-    try:
-        _wait_for_parts(out, 3, proc)
-        proc.send_signal(how)
-        _, stderr = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stderr = signal_when(proc, lambda: len(list((out / ".sweep/parts").glob("*.arrow"))) >= 3, how)
     if how == signal.SIGINT:
         assert proc.returncode == 130, stderr
-        assert "run the same command again" in stderr
         status = json.loads((out / "manifest.json").read_text())["status"]
         assert status == "interrupted"
         assert len(results(out)) >= 3  # consolidated on the way out
+        # the message gives the command that resumes (issue 21): run it as printed
+        command = resume_command_of(stderr)
+        assert "out_dir=out" in command, command
+        finished = 0
+        assert not list(out.glob(".*.tmp"))
+        again = subprocess.run(
+            [*command, "plot=false"], cwd=tmp_path, capture_output=True, text=True, check=False
+        )
     else:
         assert proc.returncode == -signal.SIGKILL
-    finished = len(list((out / ".sweep" / "parts").glob("*.arrow"))) if how == signal.SIGKILL else 0
-    assert not list(out.glob(".*.tmp"))
-
-    again = sweep(tmp_path, *args)
+        finished = len(list((out / ".sweep" / "parts").glob("*.arrow")))
+        assert not list(out.glob(".*.tmp"))
+        again = sweep(tmp_path, *args)
     assert again.returncode == 0, again.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["points"]["already_done"] >= max(3, finished)
@@ -214,6 +238,92 @@ def test_killed_sweep_loses_no_finished_point(
     )
     pd.testing.assert_frame_equal(results(out), results(reference))
     pd.testing.assert_frame_equal(per_request(out), per_request(reference))
+
+
+def test_an_interrupted_dated_run_resumes_with_the_command_it_gives(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+) -> None:
+    # issue 21: "run the same command again" started a new dated folder and recomputed all
+    capacities = ",".join(str(c) for c in range(16, 16 * 21, 16))
+    args = [f"trace={small_trace}", "policy=LRU", f"capacity={capacities}"]
+    args += ["executor.n_jobs=1", "executor.batch_size=1"]
+    proc = _start_slow(tmp_path, *args)
+    stderr = signal_when(
+        proc, lambda: bool(list(tmp_path.glob("outputs/*/*/.sweep/parts/*.arrow")))
+    )
+    assert proc.returncode == 130, stderr
+    (run_dir,) = (p for p in tmp_path.glob("outputs/*/*") if p.parent.name != "latest")
+    command = resume_command_of(stderr)
+    assert f"out_dir={run_dir.relative_to(tmp_path)}" in command
+    again = subprocess.run(
+        [*command, "plot=false"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert again.returncode == 0, again.stderr
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["points"]["already_done"] >= 1
+    assert [r["status"] for r in manifest["runs"]] == ["interrupted", "complete"]
+    assert len(list(tmp_path.glob("outputs/*/*"))) == 1 + len(list(run_dir.iterdir()))  # latest
+    # outputs/latest: the last run, as out_dir (nothing left to compute) and for sweep.plot
+    latest = sweep(tmp_path, *args, "out_dir=outputs/latest")
+    assert latest.returncode == 0, latest.stderr
+    assert "20 points in the grid; 20 already in" in latest.stderr
+    plotted = subprocess.run(
+        [sys.executable, "-m", "sweep.plot", "outputs/latest"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+        check=False,
+    )
+    assert plotted.returncode == 0, plotted.stderr
+    assert list((run_dir / "figures").glob("*.png"))
+
+
+def test_interrupted_before_any_point_finished_leaves_no_folder(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+) -> None:
+    # issue 21: such runs left empty "interrupted" folders behind
+    proc = _start_slow(tmp_path, f"trace={small_trace}", "policy=LRU", "capacity=16", seconds=30)
+    stderr = signal_when(proc, lambda: bool(list(tmp_path.glob("outputs/*/*/manifest.json"))))
+    assert proc.returncode == 130, stderr
+    assert "nothing kept, no run folder left" in stderr
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.1, 0.2, 0.3, 0.5])
+def test_ctrl_c_in_the_first_moments_is_one_line(tmp_path: Path, delay: float) -> None:
+    # issue 21: Ctrl-C in the first 0.3 s printed a 34-line traceback (an import cut short).
+    # From the moment the sweep's code runs (the interpreter's own start-up is before it).
+    code = (
+        "import sys\nimport sweep.__main__ as m\nprint('ready', flush=True)\n"
+        "sys.exit(m.main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "capacity=1024,2048", "plot=false"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (0, 130), stderr
+    assert "Traceback" not in stderr, stderr
+    if proc.returncode == 130:
+        lines = [x for x in stderr.splitlines() if not x.startswith("[")]  # the log's lines
+        assert len(lines) <= 1, stderr
+        assert not (tmp_path / "outputs").exists() or "to compute the" in stderr
 
 
 def test_profiled_run_writes_its_profile(tmp_path: Path) -> None:

@@ -126,7 +126,8 @@ def test_per_request_rows_streamed_as_points_finish_are_the_merged_file(
         real = prefixsim.replay_params
 
         def flaky(trace, params, block_size, **kw):  # type: ignore[no-untyped-def]
-            if params.policy == "S3FIFO" and params.capacity == 64 and block_size == 512:
+            failing_point = params.policy == "S3FIFO" and params.capacity == 64
+            if failing_point and block_size == 512 and trace.n_requests > 1:  # not in planning
                 raise MemoryError("simulated")
             return real(trace, params, block_size, **kw)
 
@@ -177,6 +178,7 @@ def test_inputs_written_while_replaying_or_after_an_interrupt_are_the_same_bytes
         raise KeyboardInterrupt
 
     monkeypatch.setattr(app, "_while_replaying", stopped)
+    (tmp_path / "out").mkdir()  # not this run's: kept though nothing finished (sweep.lifecycle)
     first = run_sweep(cfg("out"))
     assert first.interrupted and first.computed == 0
     out = tmp_path / "out"

@@ -117,3 +117,37 @@ def test_workers_use_memory_mapped_traces_without_copying(tmp_path: Path) -> Non
     assert prefixsim.replay(local, "S3FIFO", 4096).total_hit_tokens == (
         prefixsim.replay(trace, "S3FIFO", 4096).total_hit_tokens
     )
+
+
+def test_a_trace_without_a_full_block_is_said_once_and_drawn_nowhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The README's one-liner: 5 tokens, no full block at any block size. One warning before
+    anything runs; the figures leave every (empty) panel out and say why."""
+    import logging
+
+    from sweep.figures import draw_figures
+
+    trace = tmp_path / "my_tokens.jsonl"
+    trace.write_text('{"timestamp": 0, "token_ids": [1, 2, 3, 4, 5], "output_length": 9}\n')
+    cfg = SweepConfig(
+        trace=[str(trace)],
+        capacity=[1024, 2048],
+        block_size=[16, 64, 256, 512],
+        out_dir=str(tmp_path / "run"),
+        executor=ExecutorConfig(n_jobs=1),
+        plot=False,
+        progress=False,
+    )
+    caplog.set_level(logging.INFO)
+    assert run_sweep(cfg).exit_code == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"trace {trace}: no request has a full block at block_size=16, 64, 256, 512 (the "
+        "longest prompt has 5 tokens): every hit rate will be 0"
+    ]
+    report = draw_figures(tmp_path / "run", formats=["png"])
+    assert report.drawn == []
+    reason = "my_tokens at block_size=16, 64, 256, 512: no request has a full block"
+    assert report.skipped["hit_rate_vs_capacity"].startswith(reason)
+    assert report.skipped["occupancy"].startswith(reason)

@@ -211,6 +211,29 @@ def test_out_dir_in_the_way_of_a_file(
     assert blocker.read_text() == "a file"
 
 
+def test_out_dir_inside_a_symlink_loop_is_one_line(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    # issue 22: the right line, then a chained traceback of the clean-up, exit 1
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for out in (tmp_path / "a", tmp_path / "a" / "run"):
+        done = sweep_cli(tmp_path, f"trace={small_trace}", "policy=LRU", f"out_dir={out}")
+        assert_one_error_line(done, f"out_dir={str(out)!r}", "symbolic links")
+
+
+@pytest.mark.parametrize("blocked", ["config.yaml", "manifest.json"])
+def test_a_directory_in_the_way_of_a_file_names_the_file_not_its_temporary(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    blocked: str,
+) -> None:
+    # issue 22: the message named the writer's temporary file ('.config.yaml.kxabgifd.tmp')
+    out = tmp_path / "out"
+    (out / blocked).mkdir(parents=True)
+    done = sweep_cli(tmp_path, f"trace={small_trace}", "policy=LRU", f"out_dir={out}")
+    assert_one_error_line(done, f"cannot write {out / blocked}: Is a directory")
+    assert ".tmp" not in done.stderr
+
+
 def test_full_disk_on_the_command_line(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
     prelude = (
         "import errno, os\n"
@@ -265,13 +288,14 @@ def compose_config(*typed: str):  # type: ignore[no-untyped-def]
 
 
 def test_a_long_range_reaches_hydra_as_one_interpolation() -> None:
-    from sweep.argv import rewrite_override
+    from sweep.argv import ArgvError, rewrite_override
 
     assert rewrite_override("capacity=range(1,100001)") == "capacity=${sweep_range:1,100001,1}"
     # short ranges, shuffled ones and float ranges on integer keys stay lists, as typed
     assert rewrite_override("capacity=range(1,5)") == "capacity=[1,2,3,4]"
     assert rewrite_override("capacity=shuffle(range(1,3))").startswith("capacity=[")
-    assert rewrite_override("capacity=range(0.5,2000.5,1.0)").startswith("capacity=[")
+    with pytest.raises(ArgvError, match=r"0\.5 is not an integer; capacity takes integers"):
+        rewrite_override("capacity=range(0.5,2000.5,1.0)")  # refused naming the key's type
 
 
 def test_a_compact_range_expands_to_the_typed_values() -> None:
@@ -409,7 +433,21 @@ def test_ctrl_c_while_workers_start_prints_no_worker_traceback(
         proc.stderr.close()
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    assert manifest(out)["status"] == "interrupted"
+    if out.exists():  # a point finished before the interrupt: kept, and said so
+        assert manifest(out)["status"] == "interrupted"
+    else:  # none did: no folder left behind (sweep.lifecycle)
+        assert "nothing kept, no run folder left" in stderr
+
+
+def test_dask_missing_is_refused_before_the_run_folder(tmp_path: Path, small_trace: Path) -> None:  # noqa: F811
+    # issue 21: executor=dask without dask left an empty failed run folder
+    prelude = "import sys\nsys.modules['distributed'] = None\nsys.modules['dask'] = None\n"
+    out = tmp_path / "out"
+    done = sweep_cli(
+        tmp_path, f"trace={small_trace}", "executor=dask", f"out_dir={out}", prelude=prelude
+    )
+    assert_one_error_line(done, "executor=dask needs the dask and distributed packages")
+    assert not out.exists()
 
 
 def test_an_unreachable_dask_scheduler_is_one_line(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_trace
+from conftest import has_kernel, make_trace
 from prefixsim import ParameterError, Trace, make_params, policy_names, replay_params
 from prefixsim.tiers import MODES, TieredResult, make_tier, replay_tiers
 from strategies import BLOCK_SIZES, conversations
@@ -227,7 +227,8 @@ def assert_single_identity(
     trace: Trace, policy: str, capacity: int, engine: str, modes: tuple[str, ...] = MODES
 ) -> None:
     params = make_params(policy, capacity)
-    single = replay_params(trace, params, 512, engine="kernel")
+    single_engine = "kernel" if has_kernel(policy) else "reference"  # RADIX: reference only
+    single = replay_params(trace, params, 512, engine=single_engine)  # type: ignore[arg-type]
     for mode in modes:
         tiered = replay_tiers(trace, [{"policy": policy, "capacity": capacity}], mode,
                               engine=engine)  # type: ignore[arg-type]  # fmt: skip

@@ -193,8 +193,8 @@ def test_what_is_not_a_regular_file_is_refused_without_reading(tmp_path: Path, k
     done = run_cli(str(target), timeout=60)
     assert done.returncode == 2
     assert done.stderr == (
-        f"prefixsim: error: {target}: is not a regular file ({what}); expected a Mooncake "
-        "JSONL trace file (plain or gzip)\n"
+        f"prefixsim: error: {target}: is not a regular file ({what}); expected a JSONL trace "
+        "file (Mooncake, token or chat; plain or gzip)\n"
     )
 
 

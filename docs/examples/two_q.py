@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from prefixsim import ParameterError
-from prefixsim.engine.lists import link_array, pop_head, push, scalars, to_tail, unlink
+from prefixsim.engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
 from prefixsim.engine.steps import Space, Steps, counter_array, ix
 from prefixsim.policies import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, register
 
@@ -220,6 +220,19 @@ STEPS = Steps(
 
 # --- register: every composition now runs it ------------------------------------------------
 
+
+def _state_bytes(p: TwoQParams, n_blocks: int, n_accesses: int) -> int:
+    """What ``two_q_state`` allocates for one cache: ``link`` and ``where`` per block, nothing
+    per capacity slot (a capacity whose state cannot fit in memory is refused with it)."""
+    return link_bytes(n_blocks) + n_blocks
+
+
 SPEC = register(
-    PolicySpec(name="TWO_Q", params_type=TwoQParams, reference=TwoQReference, steps=STEPS)
+    PolicySpec(
+        name="TWO_Q",
+        params_type=TwoQParams,
+        reference=TwoQReference,
+        steps=STEPS,
+        state_bytes=_state_bytes,
+    )
 )

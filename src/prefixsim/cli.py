@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from .cost import capacity_from_size, cost_report
+from ._output import check_output_path, write_text
+from .cost import capacity_from_size, check_cost, cost_report
 from .errors import ParameterError, PrefixSimError
+from .first_use import noting
 from .formats.args import add_trace_arguments, options_from_args
 from .hardware import TIERS, hardware_names, load_hardware
 from .models import DTYPE_BYTES, load_model, model_names
@@ -27,10 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m prefixsim",
         description=(
-            "Replay a Mooncake JSONL trace through a block-level prefix cache and print the "
-            "longest-prefix hit report as JSON (overall_hit_rate, total_hit_tokens, "
-            "total_prompt_tokens, per_request, final_cache_blocks, cache_capacity_blocks, the "
-            "parameters used and block-level counters)."
+            "Replay a JSONL trace (Mooncake hash_ids, token ids or chat messages) through a "
+            "block-level prefix cache and print the longest-prefix hit report as JSON "
+            "(overall_hit_rate, total_hit_tokens, total_prompt_tokens, per_request, "
+            "final_cache_blocks, cache_capacity_blocks, the parameters used and block-level "
+            "counters)."
         ),
         epilog="example: python -m prefixsim conversation --policy S3FIFO --capacity 4096",
     )
@@ -137,22 +137,6 @@ def _add_cost_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` through a temporary file renamed into place, with the mode a plain
-    ``open(path, "w")`` would give (``mkstemp`` creates 0600)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _sizing(args: argparse.Namespace) -> tuple[int, int | None, Any, Any]:
     """``(capacity, cache_bytes, model, hardware)`` from the options (checked together)."""
     model = None if args.model is None else load_model(args.model, args.kv_dtype, "--model")
@@ -211,9 +195,18 @@ def _add_cost(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with noting():  # a line on stderr while numba compiles the kernels (first use only)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
+        if args.output:  # refused before any work: a named pipe, a device, a directory
+            check_output_path(args.output)
         capacity, cache_bytes, model, hardware = _sizing(args)
         trace = load_trace(args.trace, block_size=args.block_size, options=options_from_args(args))
+        if model is not None:  # a byte count past int64 is refused before the replay
+            check_cost(model, args.block_size, capacity=capacity, trace=trace)
         result = replay(
             trace,
             policy=args.policy,
@@ -231,7 +224,12 @@ def main(argv: list[str] | None = None) -> int:
             report["oddities"] = oddities(trace, result.block_size)
         text = json.dumps(report, indent=None if args.per_request else 2) + "\n"
         if args.output:
-            _write_atomic(Path(args.output), text)
+            write_text(args.output, text)
+            print(
+                f"{args.output}: report of {result.n_requests} requests written "
+                f"(overall_hit_rate {result.overall_hit_rate:.4f})",
+                file=sys.stderr,
+            )
         else:
             sys.stdout.write(text)
     except PrefixSimError as err:

@@ -18,11 +18,10 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
-from .errors import PrefixSimError
+from ._output import atomic_output, check_output_path
+from .errors import ParameterError, PrefixSimError
 from .formats.args import add_trace_arguments, options_from_args
 from .trace import Trace, load_trace
 
@@ -52,22 +51,33 @@ def mooncake_lines(trace: Trace, batch: int = 10_000) -> Iterator[str]:
 
 
 def write_mooncake(trace: Trace, out: str | os.PathLike[str]) -> None:
-    """Write ``trace`` as a Mooncake JSONL file (gzip if ``out`` ends in ``.gz``), atomically."""
-    path = Path(out)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if path.name.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
-                    for line in mooncake_lines(trace):
-                        f.write(line.encode())
-            else:
+    """Write ``trace`` as a Mooncake JSONL file (gzip if ``out`` ends in ``.gz``), atomically
+    (:func:`prefixsim._output.atomic_output`: a regular file or a new path only)."""
+    with atomic_output(out) as raw:
+        if os.fspath(out).endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
                 for line in mooncake_lines(trace):
-                    raw.write(line.encode())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+                    f.write(line.encode())
+        else:
+            for line in mooncake_lines(trace):
+                raw.write(line.encode())
+
+
+def check_blocks_written(trace: Trace, block_size: int | None) -> None:
+    """Refuse a block size longer than every prompt of a trace hashed from tokens: every
+    ``hash_ids`` written would be empty, a trace no replay can hit (prompts that are all empty
+    have no block at any size, and are written as they are)."""
+    if trace.block_size is None or trace.n_accesses or not trace.n_requests:
+        return
+    longest = int(trace.input_lengths.max())
+    if longest == 0:
+        return
+    raise ParameterError(
+        "block_size",
+        block_size,
+        f"longer than every prompt (the longest has {longest} tokens): every hash_ids would "
+        "be empty",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,10 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_output_path(args.output)  # before the parse: nothing to undo
         trace = load_trace(args.input, block_size=args.block_size, options=options_from_args(args))
-        if not Path(args.output).parent.is_dir():
-            print(f"prefixsim.convert: error: {args.output}: no such directory", file=sys.stderr)
-            return 2
+        check_blocks_written(trace, args.block_size)
         write_mooncake(trace, args.output)
     except (PrefixSimError, OSError) as err:
         print(f"prefixsim.convert: error: {err}", file=sys.stderr)

@@ -8,13 +8,20 @@ from the cache (its ``hit_tokens``; ``0 <= h <= n``), so positions ``h .. n-1`` 
 
     flops(n, h) = 2 * active_params * (n - h)
                 + layers * attention_heads * (head_dim + value_dim) * (n*(n+1) - h*(h+1))
+                + (h < n) * reuse_flops_per_token * h
 
 The first term is the dense (weight) work: a multiply and an add per active parameter per
 computed token. The second is causal attention: computed position ``i`` attends to the ``i + 1``
 positions ``0 .. i``; per (query, key) pair, layer and query head, ``Q.K`` costs
 ``2 * head_dim`` and the weighted sum of values ``2 * value_dim``; summed over
-``i = h .. n-1``, ``sum (i + 1) = (n*(n+1) - h*(h+1)) / 2``. ``flops(n, 0)`` is the prefill
-with no cache; the work saved is ``flops(n, 0) - flops(n, h)``.
+``i = h .. n-1``, ``sum (i + 1) = (n*(n+1) - h*(h+1)) / 2``. The third, for a latent-attention
+profile with ``reuse_up_projection`` (``ModelProfile.reuse_flops_per_token``), is the
+up-projection of every reused token's latent to per-head keys and values that the
+prefill's attention over the reused prefix needs (0 when nothing is computed). ``flops(n, 0)``
+is the prefill with no cache; the work saved is ``flops(n, 0) - flops(n, h)``. Under the
+specification's hit rule a fully cached prompt (``h == n``) costs 0 FLOPs; the engines' rule
+(:mod:`prefixsim.semantics`) never reuses a prompt's last token, so its ``h`` leaves at least
+that token (a whole block when the prompt ends on a block boundary) to compute.
 
 **Estimated time** (a model, hence ``est_``), with a :class:`~prefixsim.hardware.HardwareProfile`
 and the tier the cache is kept in::
@@ -45,16 +52,25 @@ block of a prompt is the cheapest to recompute, so a tier faster than its break-
 wins on every block.
 
 Exactness: FLOPs per request are exact Python ints in :func:`prefill_flops_reference` and
-float64 (relative error below 1e-15) in the vectorised :func:`prefill_flops`; totals over
-requests are exact Python ints (sums of ``n``, ``n*(n+1)``, ``h``, ``h*(h+1)`` in integers),
-rounded once to float64. Bytes and block counts are exact ints (int64 per request, checked
-against overflow; totals as Python ints).
+float64 (relative error below 1e-15) in the vectorised :func:`prefill_flops`, for any prompt of
+up to ``2**63 - 1`` tokens; totals over requests are exact Python ints (sums of ``n``,
+``n*(n+1)``, ``h``, ``h*(h+1)`` in integers), rounded once to float64. Bytes and block counts
+are exact ints (int64 per request, checked against overflow; totals as Python ints);
+:func:`check_cost` refuses before a replay what could pass int64.
+
+Finiteness: every float here is finite, by the bounds of the inputs rather than by checks of
+the outputs (``docs/cost-model.md``, "Bounds"): the model's numbers and the products
+:class:`~prefixsim.models.ModelProfile` checks are at most ``2**63 - 1``, so with prompts of at
+most ``2**63 - 1`` tokens a FLOP count (one request's or a total) is below ``2**191``; the
+hardware's rates are in ``[1, 1e30]``, ``mfu`` in ``[1e-6, 1]`` and ``n_gpus`` at most
+``2**20``, so a time is below ``2**191 / 1e-6`` seconds and a break-even bandwidth below
+``2**63 * 1.1e36`` bytes/s, all far below float64's ``1.8e308``.
 
 Public names (stable): :func:`prefill_flops`, :func:`prefill_flops_reference`,
 :func:`reused_blocks`, :func:`tier_reused_blocks`, :class:`PrefillCost`, :func:`prefill_cost`,
 :func:`prefill_cost_reference`, :func:`prefill_cost_tiers`, :func:`prefill_cost_tiers_reference`,
 :func:`block_recompute_flops`, :func:`break_even_bandwidth`, :func:`break_even_block`,
-:func:`capacity_blocks`.
+:func:`capacity_blocks`, :func:`check_cost`.
 """
 
 from __future__ import annotations
@@ -62,13 +78,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._exact import INT64_MAX, exact_sum
-from .errors import ParameterError
+from ._exact import INT64_MAX, exact_sum, first_running_total_over
+from .errors import ParameterError, TraceError
 from .hardware import HardwareProfile
 from .models import ModelProfile
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 
 def _attention_coefficient(model: ModelProfile) -> int:
@@ -87,7 +107,10 @@ def prefill_flops_reference(model: ModelProfile, prompt_tokens: int, hit_tokens:
     per_pair = 2 * (model.head_dim + model.value_dim) * model.attention_heads * model.layers
     for i in range(h, n):  # computed position i attends to positions 0 .. i
         attention += per_pair * (i + 1)
-    return dense + attention
+    # MLA: attending to the reused positions needs their keys and values, up-projected from the
+    # cached latents (only when a position is computed at all).
+    reuse = model.reuse_flops_per_token() * h if h < n else 0
+    return dense + attention + reuse
 
 
 def _check_tokens(prompt: np.ndarray, hits: np.ndarray) -> None:
@@ -113,13 +136,46 @@ def prefill_flops(
     n = np.asarray(prompt_tokens, dtype=np.int64)
     h = np.zeros_like(n) if hit_tokens is None else np.asarray(hit_tokens, dtype=np.int64)
     _check_tokens(n, h)
-    if len(n) and int(n.max()) > 2**31:
-        raise ParameterError("prompt_tokens", int(n.max()), "expected at most 2**31 per request")
-    # n*(n+1) is exact in int64 for n <= 2**31; the products with the model's constants are
-    # float64 (relative error < 1e-15; totals can pass 2**63).
-    pairs = (n * (n + 1) - h * (h + 1)).astype(np.float64)
+    pairs = _pairs(n, h)
     dense = (n - h).astype(np.float64) * float(2 * model.active_params)
-    return dense + pairs * float(_attention_coefficient(model))
+    flops = dense + pairs * float(_attention_coefficient(model))
+    reuse = model.reuse_flops_per_token()
+    if reuse:
+        flops += np.where(h < n, h, 0).astype(np.float64) * float(reuse)
+    return flops
+
+
+_EXACT_PAIRS = 2**31
+"""Up to this many prompt tokens, ``n*(n+1)`` is exact in int64 (the cluster's kernels compute
+it so too, and agree with this module to the bit)."""
+
+
+def _pairs(n: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """``n*(n+1) - h*(h+1)`` per request, float64, for any ``0 <= h <= n <= 2**63 - 1``.
+
+    Exact in int64 then rounded once for ``n <= 2**31``; beyond, as ``(n - h) * (n + h + 1)``
+    (the same number): ``n - h`` is exact in int64 and ``n + h + 1 <= 2**64 - 1`` in uint64, so
+    each factor is rounded once and the product once more (relative error below ``4 * 2**-53``;
+    with the dense term the FLOPs stay within 1e-15 of the exact count)."""
+    if not len(n) or int(n.max()) <= _EXACT_PAIRS:
+        return (n * (n + 1) - h * (h + 1)).astype(np.float64)
+    big = n > _EXACT_PAIRS
+    small = np.where(big, 0, n)
+    small_h = np.where(big, 0, h)
+    exact = (small * (small + 1) - small_h * (small_h + 1)).astype(np.float64)
+    span = n.astype(np.uint64) + h.astype(np.uint64) + np.uint64(1)
+    wide = (n - h).astype(np.float64) * span.astype(np.float64)
+    return np.where(big, wide, exact)
+
+
+def _exact_pair_sum(a: np.ndarray, name: str) -> int:
+    """Exact ``sum(a * (a + 1))`` of non-negative int64 values (a Python int): numpy for the
+    values up to ``2**31``, Python integers for the longer ones."""
+    big = a > _EXACT_PAIRS
+    if not big.any():
+        return _exact_sum(a * (a + 1), name, None)
+    small = np.where(big, 0, a)
+    return _exact_sum(small * (small + 1), name, None) + sum(x * (x + 1) for x in a[big].tolist())
 
 
 def reused_blocks(hit_tokens: np.ndarray, block_size: int) -> np.ndarray:
@@ -163,15 +219,28 @@ def block_recompute_flops(model: ModelProfile, block_size: int, block_index: int
     )
 
 
+def _reuse_gain_flops(model: ModelProfile, block_size: int, block_index: int) -> int:
+    """FLOPs that reusing block ``block_index`` saves: its recompute, less the up-projection of
+    its tokens (MLA with ``reuse_up_projection``), which reuse costs instead."""
+    gain = block_recompute_flops(model, block_size, block_index)
+    gain -= model.reuse_flops_per_token() * block_size
+    if gain <= 0:
+        raise ParameterError(
+            "model.reuse_up_projection",
+            True,
+            f"up-projecting a reused block of {model.name} costs at least its recompute",
+        )
+    return gain
+
+
 def break_even_bandwidth(
     model: ModelProfile, hardware: HardwareProfile, block_size: int, block_index: int = 0
 ) -> float:
     """Bytes/s below which loading block ``block_index`` costs more than recomputing it (block
-    0, the default, is the cheapest to recompute: the largest break-even bandwidth)."""
-    recompute_seconds = block_recompute_flops(model, block_size, block_index) / (
-        hardware.effective_flops
-    )
-    return model.kv_bytes_per_block(block_size) / recompute_seconds
+    0, the default, is the cheapest to recompute: the largest break-even bandwidth). Reusing a
+    block also costs its tokens' up-projection with ``reuse_up_projection``."""
+    gain_seconds = _reuse_gain_flops(model, block_size, block_index) / hardware.effective_flops
+    return model.kv_bytes_per_block(block_size) / gain_seconds
 
 
 def break_even_block(
@@ -179,8 +248,9 @@ def break_even_block(
 ) -> int:
     """The first block index from which loading a block from ``tier`` is no slower than
     recomputing it (0: loading always wins). Recompute cost grows linearly with the index."""
-    load = model.kv_bytes_per_block(block_size) / hardware.tier_bandwidth(tier)
     eff = hardware.effective_flops
+    up = model.reuse_flops_per_token() * block_size  # reuse costs it on top of the transfer
+    load = model.kv_bytes_per_block(block_size) / hardware.tier_bandwidth(tier) + up / eff
     c = _attention_coefficient(model)
     # recompute(j) = (2 P b + c (b^2 (2 j + 1) + b)) / eff >= load  <=>  j >= x
     x = (
@@ -193,6 +263,57 @@ def break_even_block(
     while block_recompute_flops(model, block_size, j) / eff < load:
         j += 1
     return j
+
+
+def _reuse_past_int64(
+    model: ModelProfile, block_size: int, key: str, value: object
+) -> ParameterError:
+    per_block = model.kv_bytes_per_block(block_size)
+    return ParameterError(
+        key,
+        value,
+        f"the reused blocks of {model.name} at block_size={block_size} ({per_block} bytes "
+        "each) would pass 2**63 - 1 bytes; use a smaller block_size, model or trace",
+    )
+
+
+def check_cost(
+    model: ModelProfile,
+    block_size: int,
+    *,
+    capacity: int | None = None,
+    trace: Trace | None = None,
+) -> int:
+    """Refuse, before any replay, what would make a byte count of the cost model pass int64
+    (the type of the bytes columns), naming the key or the trace line that causes it; returns
+    ``kv_bytes_per_block``. Checked: one block (names ``block_size``), the cache of
+    ``capacity`` blocks (names ``capacity``), and the bytes the trace's requests would reuse
+    if every block hit, ``sum(ceil(input_length / block_size)) * kv_bytes_per_block`` (names
+    the trace file, the line where the running total passes 2**63 - 1 and ``input_length``):
+    so no total can fail after the replay, whatever it hits. The CLI runs it before replaying;
+    the sweep's planning can run it for every point."""
+    per_block = model.kv_bytes_per_block(block_size)
+    if capacity is not None and capacity * per_block > INT64_MAX:
+        raise ParameterError(
+            "capacity",
+            capacity,
+            f"{capacity} blocks of {per_block} bytes ({model.name} at block_size={block_size}) "
+            f"pass 2**63 - 1 bytes: at most {INT64_MAX // per_block} blocks",
+        )
+    if trace is not None and trace.n_requests:
+        blocks = -(-trace.input_lengths // block_size)
+        if exact_sum(blocks) > INT64_MAX // per_block:
+            i = first_running_total_over(blocks, INT64_MAX // per_block)
+            line = None if i is None else int(trace.line_numbers[i])
+            raise TraceError(
+                trace.name,
+                f"with {model.name} at block_size={block_size} ({per_block} bytes per block) "
+                "the requests up to this line could reuse more than 2**63 - 1 bytes of KV "
+                "cache; use a smaller block_size, model or trace",
+                line=line,
+                field="input_length",
+            )
+    return per_block
 
 
 def capacity_blocks(
@@ -344,8 +465,6 @@ def prefill_cost_tiers(
         )
     if hardware is not None and len(media) != per_tier.shape[0]:
         raise ParameterError("media", list(media), f"expected one per tier ({per_tier.shape[0]})")
-    if len(n) and int(n.max()) > 2**31:
-        raise ParameterError("prompt_tokens", int(n.max()), "expected at most 2**31 per request")
     one = per_tier.shape[0] == 1  # a single cache: no sums over tiers (prefill_cost's speed)
     if not one:
         for t in range(per_tier.shape[0]):
@@ -358,18 +477,26 @@ def prefill_cost_tiers(
     # the tiers' blocks of a request sum to ceil(h / block_size) <= ceil(n / block_size)
     total_blocks = blocks[0] if one else blocks.sum(axis=0)
     if len(n) and int(total_blocks.max()) > INT64_MAX // per_block:
-        raise ParameterError("reused_bytes", int(total_blocks.max()) * per_block, "past int64")
+        r = int(np.argmax(total_blocks))
+        raise _reuse_past_int64(model, block_size, f"prompt_tokens[{r}]", int(n[r]))
     tier_reused = blocks * np.int64(per_block)
     reused = tier_reused[0] if one else total_blocks * np.int64(per_block)
-    total_reused = _exact_sum(reused, "reused_bytes")
+    total_reused = exact_sum(reused)
+    if total_reused > INT64_MAX:
+        raise _reuse_past_int64(model, block_size, "prompt_tokens", "their sum")
     # exact totals: flops(n, 0) - flops(n, h) = 2 P h + c (h (h + 1)), summed in integers
     coeff = _attention_coefficient(model)
     total_full = 2 * model.active_params * _exact_sum(n, "prompt_tokens", None) + coeff * (
-        _exact_sum(n * (n + 1), "prompt_tokens", None)
+        _exact_pair_sum(n, "prompt_tokens")
     )
     total_saved = 2 * model.active_params * _exact_sum(h, "hit_tokens", None) + coeff * (
-        _exact_sum(h * (h + 1), "hit_tokens", None)
+        _exact_pair_sum(h, "hit_tokens")
     )
+    if model.reuse_flops_per_token():  # the reused tokens' up-projection is not saved
+        reused_of_computed = np.where(h < n, h, 0)
+        total_saved -= model.reuse_flops_per_token() * _exact_sum(
+            reused_of_computed, "hit_tokens", None
+        )
     common = {
         "prefill_flops": full,
         "prefill_flops_saved": full - done,

@@ -22,7 +22,6 @@ Public names (stable): :class:`HardwareProfile`, :data:`TIERS`, :func:`load_hard
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +30,15 @@ from .models import DTYPE_BYTES, _from_dict, _names, load_profile_doc
 
 TIERS: tuple[str, ...] = ("hbm", "dram_pcie", "rdma", "nvme")
 """Places a cached block is kept, nearest first."""
+
+MIN_RATE, MAX_RATE = 1.0, 1e30
+"""Peak FLOP/s and bandwidths (bytes/s) accepted: far beyond any hardware at both ends, and
+narrow enough that every time the cost model divides by them is finite (``docs/cost-model.md``,
+"Bounds"): a rate of ``1e-320`` passes ``> 0`` but makes a prefill take ``Infinity`` seconds."""
+MIN_MFU = 1e-6
+"""Smallest ``mfu`` accepted (the effective FLOP/s divide every FLOP count)."""
+MAX_GPUS = 2**20
+"""Most ``n_gpus`` accepted (the rates are multiplied by it)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,9 @@ class HardwareProfile:
     source: str = ""
 
     def __post_init__(self) -> None:
+        for key in ("name", "source"):
+            if not isinstance(getattr(self, key), str):
+                raise ParameterError(f"hardware.{key}", getattr(self, key), "expected a string")
         for attr, allowed in (("peak_flops", DTYPE_BYTES), ("bandwidth", TIERS)):
             table = getattr(self, attr)
             if not isinstance(table, dict) or not table:
@@ -61,22 +72,19 @@ class HardwareProfile:
                     raise ParameterError(
                         f"hardware.{attr}.{k}", v, f"unknown key (keys: {', '.join(allowed)})"
                     )
-                if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                    raise ParameterError(f"hardware.{attr}.{k}", v, "expected a number > 0")
-                if not math.isfinite(v):
-                    raise ParameterError(f"hardware.{attr}.{k}", v, "expected a finite number")
-        if isinstance(self.mfu, bool) or not isinstance(self.mfu, int | float):
-            raise ParameterError("hardware.mfu", self.mfu, "expected a number in (0, 1]")
-        if not 0 < self.mfu <= 1:
-            raise ParameterError("hardware.mfu", self.mfu, "expected a number in (0, 1]")
-        if self.compute_dtype not in self.peak_flops:
+            rates = {
+                k: _in_range(f"hardware.{attr}.{k}", v, MIN_RATE, MAX_RATE)
+                for k, v in table.items()
+            }
+            object.__setattr__(self, attr, rates)
+        object.__setattr__(self, "mfu", _in_range("hardware.mfu", self.mfu, MIN_MFU, 1.0))
+        if not isinstance(self.compute_dtype, str) or self.compute_dtype not in self.peak_flops:
             raise ParameterError(
                 "hardware.compute_dtype",
                 self.compute_dtype,
                 f"no peak_flops for it (has: {', '.join(self.peak_flops)})",
             )
-        if isinstance(self.n_gpus, bool) or not isinstance(self.n_gpus, int) or self.n_gpus < 1:
-            raise ParameterError("hardware.n_gpus", self.n_gpus, "expected an integer >= 1")
+        object.__setattr__(self, "n_gpus", _gpus(self.n_gpus))
 
     @property
     def effective_flops(self) -> float:
@@ -99,6 +107,8 @@ class HardwareProfile:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "hardware") -> HardwareProfile:
+        if not isinstance(doc, dict):
+            return _from_dict(cls, doc, where)
         doc = dict(doc)
         for k in ("peak_flops", "bandwidth"):
             if isinstance(doc.get(k), dict):
@@ -106,6 +116,23 @@ class HardwareProfile:
         if "mfu" in doc:
             doc["mfu"] = _number("hardware.mfu", doc["mfu"])
         return _from_dict(cls, doc, where)
+
+
+def _in_range(key: str, value: Any, low: float, high: float) -> float:
+    """``value`` (an int or a float, not a boolean) as a float in ``[low, high]``: NaN, the
+    infinities, subnormal and huge values are refused (Python compares an int of any size with
+    a float exactly, so ``10**400`` is refused, not converted)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParameterError(key, value, f"expected a number in [{low:g}, {high:g}]")
+    if not low <= value <= high:
+        raise ParameterError(key, value, f"expected a number in [{low:g}, {high:g}]")
+    return float(value)
+
+
+def _gpus(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
+        raise ParameterError("hardware.n_gpus", value, f"expected an integer in [1, {MAX_GPUS}]")
+    return value
 
 
 def _number(key: str, value: Any) -> Any:

@@ -22,11 +22,13 @@ Public names (stable): :class:`ModelProfile`, :data:`DTYPE_BYTES`, :func:`dtype_
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ParameterError
+from ._exact import INT64_MAX
+from .errors import ParameterError, shown, shown_text
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of a KV-cache dtype."""
@@ -80,6 +82,10 @@ class ModelProfile:
     """MLA: dimension of the decoupled RoPE key kept in the cache."""
     kv_dtype: str = "bf16"
     """dtype of the KV cache (``bf16``, ``fp16``, ``fp8``, ``fp32``)."""
+    reuse_up_projection: bool = False
+    """MLA only: the prefill up-projects every reused token's cached latent back to per-head
+    keys and values before attending to it (vLLM's MLA prefill path, ``kv_b_proj`` in
+    ``MLACommonImpl._compute_prefill_context``), costing :meth:`reuse_flops_per_token`."""
     source: str = ""
     """Where the numbers come from (a URL of the published config)."""
 
@@ -87,7 +93,14 @@ class ModelProfile:
         def need(key: str, value: Any, low: int = 1) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ParameterError(f"model.{key}", value, f"expected an integer >= {low}")
+            if value > INT64_MAX:
+                raise ParameterError(
+                    f"model.{key}", value, f"past int64: expected an integer in [{low}, 2**63 - 1]"
+                )
 
+        for key in ("name", "source"):
+            if not isinstance(getattr(self, key), str):
+                raise ParameterError(f"model.{key}", getattr(self, key), "expected a string")
         for key in ("layers", "attention_heads", "kv_heads", "head_dim", "hidden_size"):
             need(key, getattr(self, key))
         need("total_params", self.total_params)
@@ -106,11 +119,84 @@ class ModelProfile:
             need("kv_lora_rank", self.kv_lora_rank)
             need("qk_rope_head_dim", self.qk_rope_head_dim)
         dtype_bytes(self.kv_dtype, "model.kv_dtype")
+        if not isinstance(self.reuse_up_projection, bool):
+            raise ParameterError(
+                "model.reuse_up_projection", self.reuse_up_projection, "expected true or false"
+            )
+        if self.reuse_up_projection and (
+            self.attention != "mla" or self.head_dim <= (self.qk_rope_head_dim or 0)
+        ):
+            raise ParameterError(
+                "model.reuse_up_projection",
+                True,
+                "applies to attention: mla, whose head_dim exceeds qk_rope_head_dim",
+            )
+        self._check_derived()
+
+    def _check_derived(self) -> None:
+        """The products the cost model computes from the fields stay in int64: one token's KV
+        bytes and the attention FLOPs per unit of ``n*(n+1) - h*(h+1)``. With every field, and
+        these, at most ``2**63 - 1``, and prompts of at most ``2**63 - 1`` tokens, every FLOP
+        count is below ``2**191`` (float64 goes to ``2**1024``: ``docs/cost-model.md``,
+        "Bounds"). A product past int64 names the largest of its factors."""
+        size = DTYPE_BYTES[self.kv_dtype]
+        if self.attention == "mla":
+            assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+            per_token = self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * size
+            factors = {
+                "layers": self.layers,
+                "kv_lora_rank": self.kv_lora_rank,
+                "qk_rope_head_dim": self.qk_rope_head_dim,
+            }
+            formula = f"layers * (kv_lora_rank + qk_rope_head_dim) * {size}"
+        else:
+            per_token = 2 * self.layers * self.kv_heads * self.head_dim * size
+            factors = {"layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
+            formula = f"2 * layers * kv_heads * head_dim * {size}"
+        _check_product(f"one token's KV bytes ({formula}, {self.kv_dtype})", per_token, factors)
+        coeff = self.layers * self.attention_heads * (self.head_dim + self.value_dim)
+        factors = {
+            "layers": self.layers,
+            "attention_heads": self.attention_heads,
+            "head_dim": self.head_dim,
+            "v_head_dim": self.value_dim,
+        }
+        _check_product(
+            "the attention FLOPs per token pair (layers * attention_heads * "
+            "(head_dim + v_head_dim))",
+            coeff,
+            factors,
+        )
+        if self.reuse_up_projection:
+            assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+            _check_product(
+                "the up-projection FLOPs per reused token (2 * layers * kv_lora_rank * "
+                "attention_heads * (qk_nope_head_dim + v_head_dim))",
+                self.reuse_flops_per_token(),
+                {
+                    "layers": self.layers,
+                    "kv_lora_rank": self.kv_lora_rank,
+                    "attention_heads": self.attention_heads,
+                    "head_dim": self.head_dim,
+                    "v_head_dim": self.value_dim,
+                },
+            )
 
     @property
     def value_dim(self) -> int:
         """Value dimension per head (``v_head_dim``, else ``head_dim``)."""
         return self.head_dim if self.v_head_dim is None else self.v_head_dim
+
+    def reuse_flops_per_token(self) -> int:
+        """FLOPs a reused token costs in a prefill (0 unless ``reuse_up_projection``): its
+        latent (``kv_lora_rank``) times ``kv_b_proj``, to ``attention_heads`` keys of
+        ``head_dim - qk_rope_head_dim`` and values of ``value_dim``, in every layer:
+        ``2 * layers * kv_lora_rank * attention_heads * (qk_nope_head_dim + value_dim)``."""
+        if not self.reuse_up_projection:
+            return 0
+        assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+        nope = self.head_dim - self.qk_rope_head_dim
+        return 2 * self.layers * self.kv_lora_rank * self.attention_heads * (nope + self.value_dim)
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> int:
         """Bytes of KV cache one token keeps, over all layers (exact)."""
@@ -122,10 +208,20 @@ class ModelProfile:
 
     def kv_bytes_per_block(self, block_size: int, kv_dtype: str | None = None) -> int:
         """Bytes of one cached block of ``block_size`` tokens (exact int); ``kv_dtype``
-        overrides the profile's."""
+        overrides the profile's. Past int64 (the bytes columns' type) it is a
+        :class:`ParameterError` naming ``block_size``."""
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ParameterError("block_size", block_size, "expected an integer >= 1")
-        return self.kv_bytes_per_token(kv_dtype) * block_size
+        per_token = self.kv_bytes_per_token(kv_dtype)
+        per_block = per_token * block_size
+        if per_block > INT64_MAX:
+            raise ParameterError(
+                "block_size",
+                block_size,
+                f"one block of {self.name} would pass int64 bytes (at most "
+                f"{INT64_MAX // per_token} tokens per block at {per_token} bytes per token)",
+            )
+        return per_block
 
     def with_kv_dtype(self, kv_dtype: str) -> ModelProfile:
         return dataclasses.replace(self, kv_dtype=kv_dtype)
@@ -140,6 +236,15 @@ class ModelProfile:
         return _from_dict(cls, doc, where)
 
 
+def _check_product(what: str, value: int, factors: dict[str, int]) -> None:
+    """Refuse a derived product past int64, naming the key of its largest factor."""
+    if value <= INT64_MAX:
+        return
+    key = max(factors, key=lambda k: factors[k])
+    given = ", ".join(f"{k}={v}" for k, v in factors.items())
+    raise ParameterError(f"model.{key}", factors[key], f"{what} passes int64 ({given})")
+
+
 def _from_dict(cls: Any, doc: Any, where: str) -> Any:
     """Build the dataclass ``cls`` from ``doc``, refusing unknown and missing keys."""
     if not isinstance(doc, dict):
@@ -148,7 +253,7 @@ def _from_dict(cls: Any, doc: Any, where: str) -> Any:
     unknown = [k for k in doc if k not in fields]
     if unknown:
         raise ParameterError(
-            f"{where}: {unknown[0]}",
+            f"{where}: {unknown[0] if isinstance(unknown[0], str) else shown(unknown[0])}",
             doc[unknown[0]],
             f"not a profile key (keys: {', '.join(fields)})",
         )
@@ -160,7 +265,12 @@ def _from_dict(cls: Any, doc: Any, where: str) -> Any:
     missing = [k for k in required if k not in doc]
     if missing:
         raise ParameterError(f"{where}: {missing[0]}", None, "missing (required key)")
-    return cls(**doc)
+    try:
+        return cls(**doc)
+    except ParameterError as err:
+        if where == cls.__name__.removesuffix("Profile").lower():  # no file to name
+            raise
+        raise ParameterError(f"{where}: {err.name}", err.value, err.allowed) from None
 
 
 def _names(kind: str) -> list[str]:
@@ -172,11 +282,74 @@ def model_names() -> list[str]:
     return _names("model")
 
 
+MAX_PROFILE_BYTES = 1 << 20
+"""A profile is a few hundred bytes; a file larger than this (1 MiB) is refused unread."""
+
+
+def _read_profile(path: Path, key: str, name_or_path: str) -> Any:
+    """The YAML document of a profile file: UTF-8, at most :data:`MAX_PROFILE_BYTES`, no
+    aliases. An alias (``*name``) repeats a node by reference, so a few hundred bytes of
+    nested aliases expand to gigabytes (a "billion laughs"); a profile is a flat mapping of
+    numbers and needs none, so they are refused before anything is expanded."""
+    import yaml
+
+    def bad(why: str) -> ParameterError:
+        return ParameterError(
+            key, name_or_path, f"unreadable profile {shown_text(str(path))}: {why}"
+        )
+
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+    except OSError as err:
+        raise bad(err.strerror or type(err).__name__) from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise bad(f"larger than {MAX_PROFILE_BYTES} bytes; a profile is a short YAML mapping")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise bad(
+            f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1}); "
+            "expected a UTF-8 YAML file"
+        ) from None
+    try:
+        return yaml.load(text, Loader=_profile_loader())  # a SafeLoader without aliases
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None)
+        if problem and mark is not None:
+            context = getattr(err, "context", None)
+            what = f"{context}: {problem}" if context else problem
+            why = f"invalid YAML ({what} at line {mark.line + 1}, column {mark.column + 1})"
+        else:
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise bad(shown_text(why)) from None
+    except RecursionError:
+        raise bad("nested too deeply") from None
+
+
+@functools.cache
+def _profile_loader() -> Any:
+    """The loader class, built on first use (``import yaml`` is not free)."""
+    import yaml
+
+    class ProfileLoader(yaml.SafeLoader):
+        """PyYAML's safe loader, refusing aliases (see :func:`_read_profile`)."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, "YAML aliases (*name) are not allowed in a profile", mark
+                )
+            return super().compose_node(parent, index)
+
+    return ProfileLoader
+
+
 def load_profile_doc(kind: str, name_or_path: str, key: str) -> tuple[dict[str, Any], str]:
     """The YAML mapping of a bundled profile ``name`` or of a file path, and where it came from.
     An unknown name lists the known ones."""
-    import yaml
-
     text_path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or text_path.parent != Path("."):
         path = text_path
@@ -187,11 +360,7 @@ def load_profile_doc(kind: str, name_or_path: str, key: str) -> tuple[dict[str, 
         if not path.is_file():
             known = ", ".join(_names(kind))
             raise ParameterError(key, name_or_path, f"unknown {kind} (known: {known})")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ParameterError(key, name_or_path, f"unreadable profile {path}: {first}") from None
+    doc = _read_profile(path, key, name_or_path)
     if isinstance(doc, dict):
         doc.pop("defaults", None)  # a Hydra defaults list in a user's profile
     return doc, str(path)

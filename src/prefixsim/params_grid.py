@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import ParameterError
 from .policies import PolicyParams, get_policy
-from .policies.base import BULK_CHECKS, Check
+from .policies.base import BULK_CHECKS, Check, check_state_fits
 from .replay import known_params, make_params
 
 GridEntry = PolicyParams | ParameterError
@@ -90,8 +90,32 @@ def make_params_grid(
                 column.append(_one(policy, capacity, combo))
                 continue
             column.append(unchecked(point))
+        _check_memory(policy, capacities, combo, column)
         out[j :: len(combos)] = column
     return out
+
+
+def _check_memory(
+    policy: str, capacities: Sequence[Any], combo: Mapping[str, Any], column: list[GridEntry]
+) -> None:
+    """Construction's last rule, :func:`~prefixsim.policies.base.check_state_fits` (the
+    state of the capacity must fit in memory), over one column: a policy's ``state_bytes`` does
+    not decrease with the capacity, so when the column's largest capacity fits, every point
+    does (one call per column, not per point); otherwise each point is checked."""
+    valid = [p for p in column if isinstance(p, PolicyParams)]
+    if not valid:
+        return
+    try:
+        check_state_fits(max(valid, key=lambda p: p.capacity))
+        return
+    except ParameterError:
+        pass
+    for i, p in enumerate(column):
+        if isinstance(p, PolicyParams):
+            try:
+                check_state_fits(p)
+            except ParameterError:
+                column[i] = _one(policy, capacities[i], combo)
 
 
 def _normalised_capacities(capacities: Sequence[Any], checks: Sequence[Check]) -> list[Any]:

@@ -28,7 +28,7 @@ from ._exact import MAX_BLOCK_SIZE, HitTotals
 from .engine import single
 from .errors import ParameterError
 from .policies import PolicyParams, ReferencePolicy, get_policy
-from .policies.base import check_int
+from .policies.base import check_int, check_state_fits
 from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
@@ -153,6 +153,8 @@ def replay_params(
     spec = get_policy(params.policy)
     start = time.perf_counter()
     if engine == "kernel":
+        # the kernel's state for this trace, refused before it is allocated if it cannot fit
+        check_state_fits(params, trace.n_blocks, trace.n_accesses)
         hit_tokens, final, counters = single.run(
             spec,
             params,

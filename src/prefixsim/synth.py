@@ -34,15 +34,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 from numba import njit
 
+from ._memory import check_fits
+from ._output import atomic_output, check_output_path
 from .errors import ParameterError, PrefixSimError
 from .formats.tokens import TokenTable
+from .policies.base import check_int
 from .trace import Trace
 
 SPAN = 1 << 32
@@ -96,27 +101,90 @@ class SynthConfig:
     """A turn whose prompt would be longer ends its session."""
 
     def check(self) -> None:
+        """Every field, type and range (docs/synth.md, "Bounds"): the integers within what the
+        token ids and the block ids can hold, the floats finite, and the plan's memory within
+        the machine's, so that a config is refused before anything is drawn."""
+
         def bad(name: str, allowed: str) -> ParameterError:
             return ParameterError(name, getattr(self, name), allowed)
 
-        if self.requests < 1:
-            raise bad("requests", "expected a positive integer")
-        if self.system_prompts < 1:
-            raise bad("system_prompts", "expected a positive integer")
+        check_int("requests", self.requests, 1, MAX_REQUESTS)
+        check_int("system_prompts", self.system_prompts, 1, MAX_SYSTEM_PROMPTS)
+        check_int("max_prompt_tokens", self.max_prompt_tokens, 1, MAX_PROMPT_TOKENS)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise bad("seed", "expected an integer (taken modulo 2**64)")
+        for f in dataclasses.fields(self):
+            if f.name in _INTEGER_FIELDS:
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise bad(f.name, "expected a number")
+            if not math.isfinite(value):
+                raise bad(f.name, "expected a finite number")
         if not 0.0 <= self.agent_fraction <= 1.0:
             raise bad("agent_fraction", "expected a probability in [0, 1]")
+        if not MIN_RATE <= self.rate <= MAX_RATE:
+            raise bad("rate", f"expected requests per second in [{MIN_RATE:g}, {MAX_RATE:g}]")
+        if not self.system_zipf >= 0:
+            raise bad("system_zipf", "expected a number >= 0 (0: uniform)")
         for name in ("turns_mean", "agent_turns_mean"):
-            if not getattr(self, name) >= 1.0:
-                raise bad(name, "expected a number >= 1")
+            if not 1.0 <= getattr(self, name) <= self.max_prompt_tokens:
+                raise bad(
+                    name,
+                    f"expected a number in [1, max_prompt_tokens={self.max_prompt_tokens}] (a "
+                    "turn adds at least two tokens, so no session has more turns than that)",
+                )
+        for name in ("think_time", "agent_delay"):
+            if not 0 < getattr(self, name) <= MAX_DELAY:
+                raise bad(name, f"expected seconds in (0, {MAX_DELAY:g}]")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            positive = f.name.endswith("_median") or f.name in ("rate", "think_time", "agent_delay")
-            if positive and not value > 0:
+            if f.name.endswith("_median") and not value > 0:
                 raise bad(f.name, "expected a positive number")
             if f.name.endswith("_sigma") and not value >= 0:
                 raise bad(f.name, "expected a non-negative number")
-        if self.max_prompt_tokens < 1:
-            raise bad("max_prompt_tokens", "expected a positive integer")
+        mean = (1 - self.agent_fraction) * self.turns_mean + self.agent_fraction * (
+            self.agent_turns_mean
+        )
+        check_fits(
+            "requests",
+            self.requests,
+            int(_BYTES_PER_TURN * _first_sessions(self.requests, mean) * mean),
+            f"synth's plan of {self.requests} requests",
+        )
+        check_fits(
+            "system_prompts",
+            self.system_prompts,
+            _BYTES_PER_SYSTEM_PROMPT * self.system_prompts,
+            f"a pool of {self.system_prompts} system prompts",
+        )
+
+
+MAX_REQUESTS = 2**31 - 1
+"""Most ``requests``: a trace's block ids are int32."""
+MAX_SYSTEM_PROMPTS = 2**30
+"""Most ``system_prompts``: prompt ``k``'s token ids are ``k * 2**32 + ...``, and the sessions'
+own ids follow the pool's, all below 2**63."""
+MAX_PROMPT_TOKENS = 2**31 - 1
+"""Most ``max_prompt_tokens``: every prompt and every length the generator adds stay exact in
+int64 however many turns a session has (docs/synth.md, "Bounds")."""
+MIN_RATE, MAX_RATE = 1e-9, 1e12
+"""``rate`` accepted, requests per second (``1e-320`` would make every arrival ``Infinity``)."""
+MAX_DELAY = 1e12
+"""Longest mean ``think_time`` and ``agent_delay``, seconds (31,700 years): the arrival times,
+in ms, stay finite (``Infinity`` would be written, and refused by every reader)."""
+_INTEGER_FIELDS = ("requests", "seed", "system_prompts", "max_prompt_tokens")
+_BYTES_PER_TURN = 256
+"""Peak memory of a drawn turn (about 25 arrays of 8 bytes while a plan is drawn)."""
+_BYTES_PER_SYSTEM_PROMPT = 64
+_MAX_DRAWS = 24
+"""Draws of twice as many sessions before a config whose cap ends almost every session is
+refused (each is bounded by the memory check)."""
+
+
+def _first_sessions(requests: int, mean_turns: float) -> int:
+    """Sessions drawn first for ``requests`` (more only if the cap ended many sessions)."""
+    return int(requests / mean_turns * 1.2) + 16
 
 
 PRESETS: dict[str, SynthConfig] = {
@@ -143,28 +211,60 @@ class SynthPlan:
         return len(self.timestamps)
 
 
-def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int) -> np.ndarray:
-    return np.maximum(1, np.rint(median * np.exp(sigma * rng.standard_normal(n)))).astype(np.int64)
+def _lognormal(
+    rng: np.random.Generator, median: float, sigma: float, n: int, cap: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``max(1, rint(median * exp(sigma * z)))`` for ``n`` standard normal draws ``z``, as
+    float64 (``inf`` where it overflows) and as int64 clipped to ``cap + 1``: a length past the
+    cap makes every prompt it is part of longer than the cap, clipped or not, so only the
+    float value can matter (an answer's ``output_length``)."""
+    with np.errstate(over="ignore"):
+        exact = np.maximum(1.0, np.rint(median * np.exp(sigma * rng.standard_normal(n))))
+    return exact, np.minimum(exact, float(cap + 1)).astype(np.int64)
 
 
 def synth_plan(cfg: SynthConfig) -> SynthPlan:
     """Draw the sessions and keep the first ``cfg.requests`` requests in arrival order."""
     cfg.check()
-    rng = np.random.default_rng(cfg.seed)
-    weights = 1.0 / np.arange(1, cfg.system_prompts + 1, dtype=np.float64) ** cfg.system_zipf
-    system_tokens = _lognormal(
-        rng, cfg.system_tokens_median, cfg.system_tokens_sigma, cfg.system_prompts
-    )
+    rng = np.random.default_rng(cfg.seed % 2**64)  # the docs: seeds are taken modulo 2**64
+    with np.errstate(over="ignore"):  # k ** a past float64 is a weight of 0
+        weights = 1.0 / np.arange(1, cfg.system_prompts + 1, dtype=np.float64) ** cfg.system_zipf
+    system_exact, system_tokens = _lognormal(
+        rng, cfg.system_tokens_median, cfg.system_tokens_sigma, cfg.system_prompts,
+        cfg.max_prompt_tokens,
+    )  # fmt: skip
+    shortest = float(system_exact.min())
+    if shortest >= cfg.max_prompt_tokens:  # a first turn adds a message of at least one token
+        raise ParameterError(
+            "max_prompt_tokens",
+            cfg.max_prompt_tokens,
+            f"no first turn fits: the shortest system prompt has {shortest:.0f} tokens, and a "
+            "first message adds at least one",
+        )
     mean_turns = (
         1 - cfg.agent_fraction
     ) * cfg.turns_mean + cfg.agent_fraction * cfg.agent_turns_mean
     # Enough sessions for the requests (more are drawn only if the cap ended many sessions).
-    n_sessions = int(cfg.requests / mean_turns * 1.2) + 16
-    while True:
-        plan = _draw(rng, cfg, n_sessions, weights, system_tokens, mean_turns)
+    n_sessions = _first_sessions(cfg.requests, mean_turns)
+    for _ in range(_MAX_DRAWS):
+        check_fits(
+            "max_prompt_tokens",
+            cfg.max_prompt_tokens,
+            int(_BYTES_PER_TURN * n_sessions * mean_turns),
+            f"so few turns fit within it that {n_sessions} sessions must be drawn; that",
+        )
+        plan, kept = _draw(rng, cfg, n_sessions, weights, system_tokens, mean_turns)
         if plan is not None:
             return plan
+        if kept == 0 and n_sessions >= 1 << 16:
+            break
         n_sessions *= 2
+    raise ParameterError(
+        "max_prompt_tokens",
+        cfg.max_prompt_tokens,
+        f"too few turns fit within it: a draw of {n_sessions} sessions kept {kept} turns, for "
+        f"{cfg.requests} requests",
+    )
 
 
 def _draw(
@@ -174,13 +274,20 @@ def _draw(
     weights: np.ndarray,
     system_tokens: np.ndarray,
     mean_turns: float,
-) -> SynthPlan | None:
+) -> tuple[SynthPlan | None, int]:
+    """The plan from ``n_sessions`` sessions, or None (with the number of turns kept) when the
+    cap leaves fewer than ``cfg.requests``."""
+    cap = cfg.max_prompt_tokens
     agent = rng.random(n_sessions) < cfg.agent_fraction
     turns = np.where(
         agent,
         rng.geometric(1.0 / cfg.agent_turns_mean, n_sessions),
         rng.geometric(1.0 / cfg.turns_mean, n_sessions),
     ).astype(np.int64)
+    # Turn t's prompt has at least 2t tokens (a system prompt, t messages and t - 1 answers of
+    # at least one each), so turns past cap // 2 are always cut: drawing them would only cost
+    # memory (and, with a huge turns_mean, overflow it).
+    np.minimum(turns, max(1, cap // 2), out=turns)
     system = rng.choice(len(weights), size=n_sessions, p=weights / weights.sum())
     starts = np.cumsum(rng.exponential(mean_turns / cfg.rate, n_sessions))
     n = int(turns.sum())
@@ -188,21 +295,27 @@ def _draw(
     first = np.zeros(n, dtype=bool)
     first[np.cumsum(turns) - turns] = True
     is_agent = agent[sess]
-    chat_first = _lognormal(rng, cfg.first_tokens_median, cfg.first_tokens_sigma, n)
-    chat_next = _lognormal(rng, cfg.followup_tokens_median, cfg.followup_tokens_sigma, n)
-    agent_first = _lognormal(
-        rng, cfg.agent_context_tokens_median, cfg.agent_context_tokens_sigma, n
+    _, chat_first = _lognormal(rng, cfg.first_tokens_median, cfg.first_tokens_sigma, n, cap)
+    _, chat_next = _lognormal(rng, cfg.followup_tokens_median, cfg.followup_tokens_sigma, n, cap)
+    _, agent_first = _lognormal(
+        rng, cfg.agent_context_tokens_median, cfg.agent_context_tokens_sigma, n, cap
     )
-    agent_next = _lognormal(rng, cfg.agent_step_tokens_median, cfg.agent_step_tokens_sigma, n)
-    answers = _lognormal(rng, cfg.answer_tokens_median, cfg.answer_tokens_sigma, n)
+    _, agent_next = _lognormal(
+        rng, cfg.agent_step_tokens_median, cfg.agent_step_tokens_sigma, n, cap
+    )
+    answers_exact, answers = _lognormal(
+        rng, cfg.answer_tokens_median, cfg.answer_tokens_sigma, n, cap
+    )
     message = np.where(
         first,
         np.where(is_agent, agent_first, chat_first),
         np.where(is_agent, agent_next, chat_next),
     )
-    # Turn t adds the previous answer and its message; turn 1 adds the system prompt.
+    # Turn t adds the previous answer and its message; turn 1 adds the system prompt. Clipped
+    # to cap + 1 (exact: more makes the prompt pass the cap all the same), every cumulative
+    # sum below stays under 2**62.
     prev_answer = np.concatenate(([0], answers[:-1]))
-    added = np.where(first, system_tokens[system[sess]], prev_answer) + message
+    added = np.minimum(np.where(first, system_tokens[system[sess]], prev_answer) + message, cap + 1)
     prompt = _segmented_cumsum(added, first)
     gap = np.where(
         is_agent, rng.exponential(cfg.agent_delay, n), rng.exponential(cfg.think_time, n)
@@ -211,25 +324,61 @@ def _draw(
     keep = prompt <= cfg.max_prompt_tokens
     # A turn past the cap ends the session: drop it and every later turn of the session.
     keep = _segmented_cumsum((~keep).astype(np.int64), first) == 0
-    if int(keep.sum()) < cfg.requests:
-        return None
+    kept = int(keep.sum())
+    if kept < cfg.requests:
+        return None, kept
     idx = np.flatnonzero(keep)
     order = idx[np.argsort(times[idx], kind="stable")][: cfg.requests]
     if times[idx].max() <= times[order[-1]]:  # pragma: no cover - the margin always suffices
-        return None
+        return None, kept
+    with np.errstate(over="ignore"):
+        timestamps = np.round(times[order] * 1000.0, 3)
+    _check_finite_times(cfg, timestamps, order, starts[sess], is_agent)
+    if answers_exact[order].max() > _MAX_LENGTH:
+        raise ParameterError(
+            "answer_tokens_sigma",
+            cfg.answer_tokens_sigma,
+            f"with answer_tokens_median={cfg.answer_tokens_median}, an answer drawn has more "
+            "than 2**62 tokens (its output_length)",
+        )
     # Sessions renumbered 0.. in order of first request.
     _, first_pos, inverse = np.unique(sess[order], return_index=True, return_inverse=True)
     rank = np.empty(len(first_pos), dtype=np.int64)
     rank[np.argsort(first_pos, kind="stable")] = np.arange(len(first_pos))
-    return SynthPlan(
-        timestamps=np.round(times[order] * 1000.0, 3),
+    plan = SynthPlan(
+        timestamps=timestamps,
         prompt_tokens=prompt[order],
-        output_lengths=answers[order],
+        output_lengths=answers_exact[order].astype(np.int64),
         session=rank[inverse],
         system=system[sess[order]].astype(np.int64),
         system_tokens=system_tokens,
         n_sessions=len(first_pos),
     )
+    return plan, kept
+
+
+_MAX_LENGTH = 2.0**62
+"""Longest answer (``output_length``) written."""
+
+
+def _check_finite_times(
+    cfg: SynthConfig,
+    timestamps: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    is_agent: np.ndarray,
+) -> None:
+    """Every arrival time (ms) finite, or the input refused naming the key that made it not:
+    the session start (``rate``) or the delays of its chat or agent turns."""
+    bad = np.flatnonzero(~np.isfinite(timestamps))
+    if not len(bad):
+        return
+    i = int(order[bad[0]])
+    if not np.isfinite(starts[i] * 1000.0):
+        key = "rate"
+    else:
+        key = "agent_delay" if is_agent[i] else "think_time"
+    raise ParameterError(key, getattr(cfg, key), "the arrival times (ms) pass float64's range")
 
 
 def _segmented_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -273,6 +422,12 @@ def _block_ids_kernel(prompt, system, system_tokens, session, n_sessions, block_
     return out, nxt
 
 
+def _check_block_size(block_size: int) -> int:
+    from .replay import MAX_BLOCK_SIZE
+
+    return check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+
+
 def plan_trace(plan: SynthPlan, block_size: int, name: str = "synth") -> Trace:
     """The plan as a :class:`Trace` at ``block_size``: the blocks its token ids hash to, from the
     structure alone. A block is shared exactly when it lies wholly in the same system prompt or
@@ -280,6 +435,7 @@ def plan_trace(plan: SynthPlan, block_size: int, name: str = "synth") -> Trace:
     written from it has a ``session_id`` on every line)."""
     import hashlib
 
+    block_size = _check_block_size(block_size)
     offsets = np.zeros(plan.n_requests + 1, dtype=np.int64)
     np.cumsum(plan.prompt_tokens // block_size, out=offsets[1:])
     if offsets[-1] >= 2**31:
@@ -341,12 +497,17 @@ def plan_tokens(plan: SynthPlan) -> TokenTable:
 
 
 def write_tokens(plan: SynthPlan, out: str) -> None:
-    """Write the plan as a token trace (JSONL, gzip if ``out`` ends in ``.gz``)."""
+    """Write the plan as a token trace (JSONL, gzip if ``out`` ends in ``.gz``), atomically
+    (:func:`prefixsim._output.atomic_output`: a regular file or a new path only)."""
     import gzip
+    import io
 
+    n_tokens = int(plan.prompt_tokens.sum())
+    check_fits("requests", plan.n_requests, 8 * n_tokens, f"the {n_tokens} token ids")
     table = plan_tokens(plan)
-    opener: Any = gzip.open if out.endswith(".gz") else open
-    with opener(out, "wt") as f:
+    with atomic_output(out) as raw:
+        binary: Any = gzip.GzipFile(fileobj=raw, mode="wb") if out.endswith(".gz") else raw
+        f = io.TextIOWrapper(binary, encoding="utf-8")
         for i in range(plan.n_requests):
             ids = table.tokens[table.token_offsets[i] : table.token_offsets[i + 1]].tolist()
             row = {
@@ -355,10 +516,31 @@ def write_tokens(plan: SynthPlan, out: str) -> None:
                 "output_length": int(plan.output_lengths[i]),
                 "session_id": int(plan.session[i]),
             }
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(row, allow_nan=False) + "\n")
+        f.flush()
+        f.detach()  # not close(): that would close the file atomic_output renames
+        if binary is not raw:
+            binary.close()
 
 
 # -- command line --------------------------------------------------------------------------------
+
+
+def _integer(text: str) -> int:
+    """An integer option: ``100000``, or an integral number in exponent form (``1e5``)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = Decimal(text)
+    except ArithmeticError:
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}")
+    if value.adjusted() > 4000:  # never expanded: a billion digits would take gigabytes
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r} (too large)")
+    return int(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -370,10 +552,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output", metavar="OUT", help="trace file to write (.jsonl or .jsonl.gz)")
     p.add_argument("--like", choices=sorted(PRESETS), help="start from a preset")
     p.add_argument("--format", choices=("mooncake", "tokens"), default="mooncake")
-    p.add_argument("--block-size", type=int, default=512, help="mooncake output (default 512)")
+    p.add_argument("--block-size", type=_integer, default=512, help="mooncake output (default 512)")
     for f in dataclasses.fields(SynthConfig):
         flag = "--" + f.name.replace("_", "-")
-        p.add_argument(flag, type=type(f.default), default=None, help=f"(default {f.default})")
+        kind = _integer if isinstance(f.default, int) else float
+        p.add_argument(flag, type=kind, default=None, help=f"(default {f.default})")
     return p
 
 
@@ -391,13 +574,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = config_from_args(args)
+        cfg.check()
+        if args.format == "mooncake":
+            _check_block_size(args.block_size)
+        check_output_path(args.output)  # before the plan is drawn
         plan = synth_plan(cfg)
         if args.format == "tokens":
             write_tokens(plan, args.output)
         else:
-            from .convert import write_mooncake
+            from .convert import check_blocks_written, write_mooncake
 
-            write_mooncake(plan_trace(plan, args.block_size, args.output), args.output)
+            trace = plan_trace(plan, args.block_size, args.output)
+            check_blocks_written(trace, args.block_size)
+            write_mooncake(trace, args.output)
     except (PrefixSimError, OSError) as err:
         print(f"prefixsim.synth: error: {err}", file=sys.stderr)
         return 2

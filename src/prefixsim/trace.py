@@ -82,6 +82,7 @@ class Trace:
 
     def __post_init__(self) -> None:
         _check_total_prompt_tokens(self)
+        _check_timestamps(self)
 
     @property
     def n_requests(self) -> int:
@@ -118,6 +119,29 @@ def _check_total_prompt_tokens(trace: Trace) -> None:
         "2**63 - 1 tokens; totals must fit in a 64-bit integer",
         line=line,
         field="input_length",
+    )
+
+
+MAX_TIMESTAMP_MS = 1e300
+"""Largest magnitude of a ``timestamp`` (ms): every difference of two arrival times, and
+every queueing delay the cluster's load model computes from them, stays finite (two finite
+timestamps of 1.7e308 and -1.7e308 are ``Infinity`` apart)."""
+
+
+def _check_timestamps(trace: Trace) -> None:
+    """Refuse a timestamp that is not finite or past :data:`MAX_TIMESTAMP_MS` in magnitude
+    (the parsers refuse NaN and the infinities; this holds for every format and the cache)."""
+    ts = trace.timestamps
+    if not len(ts) or (ts.max() <= MAX_TIMESTAMP_MS and ts.min() >= -MAX_TIMESTAMP_MS):
+        return
+    i = int(np.flatnonzero(~(np.abs(ts) <= MAX_TIMESTAMP_MS))[0])
+    line = int(trace.line_numbers[i]) if i < len(trace.line_numbers) else None
+    raise TraceError(
+        trace.name,
+        f"expected a finite number of ms of magnitude at most {MAX_TIMESTAMP_MS:g} (every "
+        f"difference of two arrival times must be finite), got {float(ts[i])!r}",
+        line=line,
+        field="timestamp",
     )
 
 
@@ -269,6 +293,10 @@ def _load_derived(
         block_size = None
     if opts.chain and fmt != "mooncake":
         raise ParameterError("chain", True, f"only for mooncake traces; {fmt} traces are chained")
+    if fmt == "chat":  # before the cache: a trace parsed with a template now refused is not read
+        from .formats.chat import template_parts
+
+        template_parts(opts.chat_template)
     tokenizer_sha = None
     if fmt == "chat" and opts.tokenizer != "bytes":
         from .formats.chat import tokenizer_file_sha
@@ -316,7 +344,7 @@ def _read_bytes(path: Path, display: str) -> bytes:
     """The file's bytes. Only a regular file is read: a FIFO would block forever and a device
     such as ``/dev/zero`` never ends, so they are refused without reading (opened non-blocking,
     checked on the open descriptor, so a file swapped after a check is not read either)."""
-    expected = "expected a Mooncake JSONL trace file (plain or gzip)"
+    expected = "expected a JSONL trace file (Mooncake, token or chat; plain or gzip)"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:

@@ -16,7 +16,14 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from .errors import ParameterError
+from .errors import ParameterError, shown
+
+_MAX_INT_DIGITS = 19
+"""Significant digits before the point of any size up to :data:`MAX_BYTES` (19 digits)."""
+_MAX_FRACTION_DIGITS = 60
+"""Significant digits after the point of a whole number of bytes: ``d / 10**m`` (``d`` not a
+multiple of 10) times a unit ``10**k`` (k <= 18) or ``2**k`` (k <= 60) is an integer only if
+``m <= k``, so a fraction longer than 60 digits is never a whole number of bytes."""
 
 MAX_BYTES = 2**63 - 1
 """Largest size accepted: sizes are stored as int64."""
@@ -54,8 +61,21 @@ def _suggest(unit: str) -> str:
         return f"{unit} is in bits: bytes are {dec} (decimal) or {binary} (binary), upper-case B"
     for name in UNITS:
         if name.lower() == low:
-            return f"unknown unit {unit!r}: did you mean {name}?"
-    return f"unknown unit {unit!r}"
+            return f"unknown unit {shown(unit)}: did you mean {name}?"
+    return f"unknown unit {shown(unit)}"
+
+
+def _exact_number(key: str, value: str, digits: str) -> Fraction:
+    """``digits`` (``123``, ``1.5``, ``.25``) as an exact fraction, refusing before any
+    conversion a number too long to be a size (``int()`` of more than 4,300 digits is an error,
+    and a long one costs quadratic time)."""
+    whole, _, fraction = digits.partition(".")
+    whole, fraction = whole.lstrip("0"), fraction.rstrip("0")
+    if len(whole) > _MAX_INT_DIGITS:
+        raise ParameterError(key, value, f"too large (at most {MAX_BYTES} bytes, int64)")
+    if len(fraction) > _MAX_FRACTION_DIGITS:
+        raise ParameterError(key, value, "not a whole number of bytes")
+    return Fraction(f"{whole or 0}.{fraction or 0}")
 
 
 def parse_size(key: str, value: str | int) -> int:
@@ -72,7 +92,7 @@ def parse_size(key: str, value: str | int) -> int:
         if m is None:
             raise ParameterError(key, value, f"expected {_ALLOWED}")
         sign, digits, unit = m.group(1), m.group(2), m.group(3) or "B"
-        number = Fraction(digits)
+        number = _exact_number(key, value, digits)
     else:
         raise ParameterError(key, value, f"expected {_ALLOWED}")
     if unit not in UNITS:

@@ -7,15 +7,17 @@ Hydra's own grammar), then through ``hydra.main`` (composition, ``--help``, ``--
 checking against the structured config), then :func:`sweep.app.run_sweep` runs the grid.
 
 Exit status: 0 done; 1 some points failed (the others are written), a worker or the Dask
-cluster was lost (finished points are written), or Hydra rejected the configuration; 2 a
-parameter the engine rejects, an unreadable trace, a run directory in use or that cannot be
-written (a file in the way, a read-only mount, a full disk), an unreachable Dask scheduler;
-130 interrupted (finished points are kept). See the README's table.
+cluster was lost (finished points are written); 2 a key the configuration lacks or a value of
+the wrong type (:mod:`sweep.overrides`, Hydra's own errors in one line), a parameter the engine
+rejects, an unreadable trace, a run directory in use or that cannot be written (a file in the
+way, a read-only mount, a full disk), an unreachable Dask scheduler; 130 interrupted (finished
+points are kept). See the README's table.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -40,8 +42,11 @@ def _error(message: str) -> None:
 def _remove_if_fresh_and_empty(path: Path, since: float) -> None:
     """Hydra creates the run directory (and its parents) before the task runs; do not leave
     empty ones behind when the configuration is rejected."""
-    stop = Path.cwd().resolve()
-    path = path.resolve()
+    try:
+        stop = Path.cwd().resolve()
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop: there is nothing we made there
+        return
     while path != stop and stop in path.parents:
         try:
             if any(path.iterdir()) or path.stat().st_mtime < since - 1:
@@ -50,6 +55,63 @@ def _remove_if_fresh_and_empty(path: Path, since: float) -> None:
         except OSError:
             return
         path = path.parent
+
+
+class _HydraRejected(Exception):
+    """A configuration Hydra or OmegaConf rejected while composing it (one line)."""
+
+
+def hydra_error_line(err: BaseException) -> str | None:
+    """One line for an error of Hydra's composition (a config file that does not parse or
+    names a key the schema lacks, an unknown config group option), with the closest key for
+    an unknown one; None for anything else (a bug keeps its traceback)."""
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .overrides import omegaconf_error_line
+
+    if isinstance(err, yaml.YAMLError):  # a profile or experiment file that is not YAML
+        mark = getattr(err, "problem_mark", None)
+        where = f"{mark.name}:{mark.line + 1}:{mark.column + 1}: " if mark else ""
+        what = [getattr(err, "context", None), getattr(err, "problem", None)]
+        return where + ("; ".join(w for w in what if w) or str(err).splitlines()[0])
+    if isinstance(err, (HydraException, OmegaConfBaseException)):
+        return omegaconf_error_line(err)
+    return None
+
+
+def _reraise(err: BaseException) -> NoReturn:
+    raise err
+
+
+@contextlib.contextmanager
+def _one_line_hydra_errors() -> Iterator[None]:
+    """Hydra prints a composition error in several lines (with advice such as "use
+    +key=value" and "Set the environment variable HYDRA_FULL_ERROR=1") and exits 1; here it
+    is :class:`_HydraRejected`, one line and exit 2 like every other bad input. (The
+    overrides typed on the command line are checked before, with the closest key or the
+    expected type: :mod:`sweep.overrides`; this is for the config files.) Errors that are not
+    Hydra's or OmegaConf's keep Hydra's handling, as does ``HYDRA_FULL_ERROR=1``. (Hydra's
+    private API, as in ``_no_mode_probe``.)"""
+    from hydra._internal import utils
+
+    original = utils.run_and_report
+
+    def run_and_report(func: Any) -> Any:
+        try:
+            return func()
+        except Exception as err:
+            line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else hydra_error_line(err)
+            if line is None:
+                return original(functools.partial(_reraise, err))  # Hydra's own report
+            raise _HydraRejected(line) from None
+
+    utils.run_and_report = run_and_report
+    try:
+        yield
+    finally:
+        utils.run_and_report = original
 
 
 @contextlib.contextmanager
@@ -70,6 +132,19 @@ def _no_mode_probe() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sweep ARGS``; returns the exit status. Ctrl-C at any moment is one line
+    and status 130 (a run that made its folder says what it kept and how to resume)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as err:
+        # nothing imported here: an interrupt may have cut an import short (a second import
+        # of a half-initialised module fails with a traceback of its own)
+        if type(err).__name__ != "SweepInterrupted":  # that one's log said what was kept
+            _error("interrupted before the run folder was made: nothing written")
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from .argv import ArgvError, rewrite_argv
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -107,12 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     saved = sys.argv
     sys.argv = [saved[0] if saved else "sweep", *rewrite.argv]
     try:
-        with _no_mode_probe():
+        with _no_mode_probe(), _one_line_hydra_errors():
             task()
-    except KeyboardInterrupt:
-        # outside the replays (e.g. while writing): finished batches are in the part files
-        _error("interrupted; run the same command again to resume")
-        return 130
+    except _HydraRejected as err:
+        _error(str(err))
+        return 2
     finally:
         sys.argv = saved
     return status["code"]
@@ -131,7 +205,8 @@ def _run(cfg: Any, argv: Sequence[str], started: float) -> int:
         sweep_cfg = to_sweep_config(cfg)
     except prefixsim.PrefixSimError as err:
         _error(str(err))
-        _remove_if_fresh_and_empty(Path(os.path.abspath(str(cfg.out_dir))), started)
+        with contextlib.suppress(Exception):  # out_dir itself may be what does not resolve
+            _remove_if_fresh_and_empty(Path(os.path.abspath(str(cfg.out_dir))), started)
         return 2
     try:
         overrides: list[str] | None = list(HydraConfig.get().overrides.task)

@@ -9,15 +9,14 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import prefixsim
 from prefixsim import Trace
+from prefixsim.first_use import noting
 
-from . import manifest as env
+from . import lifecycle
 from .backends import (
     dask_client,
     describe_failure,
@@ -26,30 +25,19 @@ from .backends import (
     release_loky_workers,
 )
 from .config import Backend, SweepConfig
-from .costing import CostSetup, cost_setup
-from .grid import Point, assign_points, plan_grid, unused_parameters
+from .costing import cost_setup
+from .engine_checks import check_with_engine
+from .grid import assign_points, plan_grid, unused_parameters
 from .inputs import checked_config, load_traces
 from .parts import part_table
+from .record import RunState, manifest_doc, now, start_manifest, writes_to
 from .run import Batch, Outcome, clear_local_traces, plan_batches, warm_up
 from .signals import file_log, interrupt_after, signals_deferred, sigterm_as_interrupt
-from .store import LOG_FILE, RunDir, StoreError, atomic_write_text, describe_os_error
+from .store import RunDir, StoreError, atomic_write_text, describe_os_error
 from .store.schemas import results_metadata
 from .summary import Failure, SweepSummary, draw_figures_logged, progress_bar
 
 log = logging.getLogger("sweep")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-@contextlib.contextmanager
-def _writes_to(run_dir: RunDir) -> Iterator[None]:
-    """A failed write before any replay (out of space, read-only) is a one-line StoreError."""
-    try:
-        yield
-    except OSError as err:
-        raise StoreError(f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}") from None
 
 
 def _log_traceback(run_dir: RunDir, err: BaseException) -> None:
@@ -92,8 +80,19 @@ def run_sweep(
     ``release_workers`` stops loky's worker processes once the replays are done (a one-shot
     process exits faster; a notebook running several sweeps keeps them for the next one).
     """
+    with noting():  # a line on stderr while numba compiles the kernels (first use only)
+        return _run_sweep(cfg, command, overrides, config_yaml, release_workers)
+
+
+def _run_sweep(
+    cfg: SweepConfig,
+    command: Sequence[str] | None,
+    overrides: Sequence[str] | None,
+    config_yaml: str | None,
+    release_workers: bool,
+) -> SweepSummary:
     t_start = time.perf_counter()
-    started_at = _now()
+    started_at = now()
     timings: dict[str, float] = {}
 
     # validate everything before any work
@@ -105,12 +104,18 @@ def run_sweep(
     t = time.perf_counter()
     shas, traces = load_traces(cfg.trace, cfg.block_size, cfg.trace_options())
     timings["load_traces_seconds"] = time.perf_counter() - t
+    t = time.perf_counter()
+    check_with_engine(grid, shas, traces, cost_setup(cfg))  # before the run directory
+    timings["engine_check_seconds"] = time.perf_counter() - t
 
     run_dir = RunDir(cfg.out_dir)
+    claim = lifecycle.Claim.before(run_dir.path)
     run_dir.lock()
+    summary: SweepSummary | None = None
+    interrupted = True  # until the run says otherwise: an interrupt may escape any step
     try:
         with file_log(run_dir.log), sigterm_as_interrupt():
-            return _run_locked(
+            summary = _run_locked(
                 cfg,
                 run_dir,
                 grid_points=grid,
@@ -124,54 +129,18 @@ def run_sweep(
                 t_start=t_start,
                 timings=timings,
             )
+            interrupted = summary.interrupted
+            return summary
+    except KeyboardInterrupt:
+        raise lifecycle.SweepInterrupted from None  # said by lifecycle.leave, below
+    except BaseException:
+        interrupted = False
+        raise
     finally:
         run_dir.unlock()
         clear_local_traces()
-
-
-@dataclass
-class _Run:
-    """One sweep from the lock on its run directory to its summary: what the steps of
-    :func:`_run_locked` read and write, in order."""
-
-    cfg: SweepConfig
-    run_dir: RunDir
-    traces: dict[str, Trace]
-    """sha256 -> Trace, every trace of the grid."""
-    started_at: str
-    t_start: float
-    timings: dict[str, float]
-    """The manifest's timing keys, filled as the steps run."""
-    command: Sequence[str] | None
-    overrides: Sequence[str] | None
-    release_workers: bool
-    setup: CostSetup | None = None
-    config_yaml: str | None = None
-    """``config.yaml`` as given (None: the structured configuration)."""
-    inputs_written: bool = False
-    """traces.parquet, requests.parquet and config.yaml written (:func:`_write_inputs`)."""
-    todo: list[Point] = field(default_factory=list)
-    """The points this run computes (not yet in the run directory)."""
-    stream_per_request: bool = False
-    """Write per_request.parquet as the points finish (``sweep.store.stream``)."""
-    summary: SweepSummary = field(init=False)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    """The manifest's earlier runs."""
-    executor_info: dict[str, Any] = field(default_factory=dict)
-    trace_info: list[dict[str, Any]] = field(default_factory=list)
-    environment: dict[str, Any] = field(default_factory=dict)
-    # set by _execute_todo
-    written: set[str] = field(default_factory=set)
-    """Keys of the points in part files written by this run."""
-    replay_seconds: float = 0.0
-    t_execute: float = math.nan
-    write_error: OSError | None = None
-    setup_error: prefixsim.PrefixSimError | None = None
-    """E.g. no Dask scheduler answered."""
-    executor_error: str | None = None
-    """A killed worker, a lost Dask cluster."""
-    error: str | None = None
-    """The one-line write error (out_dir=...: cannot write ...), set by _finish."""
+        with signals_deferred():
+            lifecycle.leave(run_dir, claim, interrupted, summary, command)
 
 
 def _run_locked(
@@ -192,19 +161,19 @@ def _run_locked(
     """The sweep in its locked run directory, as a pipeline: plan the points against what the
     directory holds, start the manifest, execute (writing the inputs as the first replays
     run), merge the part files, finish the manifest, then report and draw the figures."""
-    run = _Run(
+    run = RunState(
         cfg, run_dir, traces, started_at, t_start, timings, command, overrides, release_workers
     )
     run.config_yaml = config_yaml
     _plan_points(run, grid_points, shas)
-    _start_manifest(run)
+    start_manifest(run)
     _execute_todo(run)
     _merge_parts(run)
     _finish(run)
     return _report(run)
 
 
-def _plan_points(run: _Run, grid_points: Sequence[Any], shas: dict[Any, str]) -> None:
+def _plan_points(run: RunState, grid_points: Sequence[Any], shas: dict[Any, str]) -> None:
     """Number the grid's points against the directory's registry and choose those to compute.
     Reads the run directory's results, per-request rows and parts; sets ``run.setup``,
     ``run.todo``, ``run.summary``; writes ``.sweep/points.json``."""
@@ -212,7 +181,7 @@ def _plan_points(run: _Run, grid_points: Sequence[Any], shas: dict[Any, str]) ->
     existing = run.run_dir.load_existing()
     identity = None if run.setup is None else run.setup.identity()
     points, registry = assign_points(grid_points, shas, existing.registry, identity)
-    with _writes_to(run.run_dir):
+    with writes_to(run.run_dir):
         run.run_dir.save_registry(registry)
     run.todo = [
         p
@@ -230,7 +199,7 @@ def _plan_points(run: _Run, grid_points: Sequence[Any], shas: dict[Any, str]) ->
     )
 
 
-def _write_inputs(run: _Run) -> None:
+def _write_inputs(run: RunState) -> None:
     """Write what the figures and a later run read: ``traces.parquet``, ``requests.parquet``
     (for ``run.traces`` at the grid's block sizes) and ``config.yaml`` (``run.config_yaml``, or
     the structured configuration when not given); sets ``inputs_seconds``. Raises OSError."""
@@ -248,7 +217,7 @@ def _write_inputs(run: _Run) -> None:
     run.timings["inputs_seconds"] = time.perf_counter() - t
 
 
-def _while_replaying(run: _Run) -> None:
+def _while_replaying(run: RunState) -> None:
     """The first batches are replaying (or, in process, about to): write the inputs and open the
     per-request stream now rather than before them. They cost this thread about 0.15-0.4 s of
     Python holding the GIL (most of it pyarrow's first conversion, which imports pandas) that
@@ -265,7 +234,16 @@ def _while_replaying(run: _Run) -> None:
         results_metadata()  # for the final merge: computed now, not after the last replay
 
 
-def _write_inputs_late(run: _Run) -> None:
+def _started(run: RunState, bar: Any) -> None:
+    """The first batches are replaying: write the inputs (:func:`_while_replaying`), then
+    start the progress bar's clock. Its estimate of the time left is the points' rate since
+    this moment: the warm-up (a first compile), the workers' start and the inputs, counted
+    before, made the first estimate 7 to 35 times too long."""
+    _while_replaying(run)
+    bar.reset(total=len(run.todo))
+
+
+def _write_inputs_late(run: RunState) -> None:
     """Write the inputs if :func:`_while_replaying` did not (nothing to replay, or the sweep
     stopped before its first batch): an interrupted run's directory has them too."""
     if run.inputs_written or run.write_error is not None:
@@ -279,84 +257,7 @@ def _write_inputs_late(run: _Run) -> None:
         run.summary.interrupted = True
 
 
-def _start_manifest(run: _Run) -> None:
-    """Write ``manifest.json`` with status ``running`` (an earlier run still ``running`` was
-    killed: we hold the lock). Sets the manifest's history, executor, traces and environment."""
-    previous = run.run_dir.read_manifest() or {}
-    run.history = list(previous.get("runs", []))
-    for record in run.history:
-        if record.get("status") == "running":
-            record["status"] = "killed"
-    ex = run.cfg.executor
-    run.executor_info = {"backend": ex.backend.value, "n_jobs": ex.n_jobs}
-    run.trace_info = [
-        {
-            "name": t.name,
-            "sha256": sha,
-            "n_requests": t.n_requests,
-            "n_accesses": t.n_accesses,
-            "n_blocks": t.n_blocks,
-            "total_prompt_tokens": t.total_prompt_tokens,
-            "block_size": t.block_size,  # null: blocks independent of the block size
-        }
-        for sha, t in run.traces.items()
-    ]
-    run.environment = {"versions": env.versions(), "git": env.git_info(), "host": env.host()}
-    with _writes_to(run.run_dir):
-        run.run_dir.write_manifest(_manifest(run, "running"))
-    log.info(
-        "%d points in the grid; %d already in %s; %d to compute",
-        run.summary.planned,
-        run.summary.skipped,
-        run.run_dir.path,
-        len(run.todo),
-    )
-
-
-def _manifest(run: _Run, status: str) -> dict[str, Any]:
-    """The ``manifest.json`` document of ``run`` with ``status``."""
-    summary = run.summary
-    record = {
-        "started_at": run.started_at,
-        "finished_at": _now() if status != "running" else None,
-        "status": status,
-        "overrides": list(run.overrides) if run.overrides is not None else None,
-        "planned": summary.planned,
-        "skipped": summary.skipped,
-        "computed": summary.computed,
-        "failed": len(summary.failures),
-    }
-    return {
-        "schema_version": 1,
-        "status": status,
-        "out_dir": str(run.run_dir.path.resolve()),
-        "started_at": run.started_at,
-        "finished_at": record["finished_at"],
-        "command": list(run.command) if run.command is not None else None,
-        "overrides": record["overrides"],
-        "points": {
-            "planned": summary.planned,
-            "already_done": summary.skipped,
-            "computed": summary.computed,
-            "failed": len(summary.failures),
-            "rows_in_results": summary.rows,
-        },
-        "failures": [f.__dict__ for f in summary.failures],
-        "traces": run.trace_info,
-        "executor": run.executor_info,
-        "timings": {k: round(v, 6) for k, v in run.timings.items()},
-        **run.environment,
-        "files": {
-            "config": "config.yaml",
-            "results": "results.parquet",
-            "per_request": "per_request.parquet" if run.cfg.save_per_request else None,
-            "log": LOG_FILE,
-        },
-        "runs": [*run.history, record],
-    }
-
-
-def _execute_todo(run: _Run) -> None:
+def _execute_todo(run: RunState) -> None:
     """Replay ``run.todo``, writing a part file per finished batch (:func:`_on_batch`). Ctrl-C,
     a failed write, a setup error or a broken executor end it, recorded in ``run`` (what
     finished is kept); sets the execute, replay and worker timings."""
@@ -364,7 +265,7 @@ def _execute_todo(run: _Run) -> None:
     try:
         if run.todo:
             on_batch = functools.partial(_on_batch, run, bar)
-            _execute_plan(run, on_batch, functools.partial(_while_replaying, run))
+            _execute_plan(run, on_batch, functools.partial(_started, run, bar))
     except KeyboardInterrupt:
         run.summary.interrupted = True
     except _WriteFailed as err:
@@ -383,7 +284,7 @@ def _execute_todo(run: _Run) -> None:
 
 
 def _execute_plan(
-    run: _Run, on_batch: Callable[[Batch, list[Outcome]], None], on_started: Callable[[], None]
+    run: RunState, on_batch: Callable[[Batch, list[Outcome]], None], on_started: Callable[[], None]
 ) -> None:
     """Start the executor (a Dask client if asked), warm the kernels up, plan the batches and
     run them, calling ``on_started`` once the first are running and ``on_batch`` as each
@@ -430,7 +331,7 @@ def _execute_plan(
                     release_loky_workers()
 
 
-def _start_stream(run: _Run) -> None:
+def _start_stream(run: RunState) -> None:
     """Write per_request.parquet as the points finish (``sweep.store.stream``); when its
     temporary file cannot be created, the final merge writes the file as before."""
     try:
@@ -440,7 +341,7 @@ def _start_stream(run: _Run) -> None:
         log.debug("per-request rows left to the final merge: %s", describe_os_error(err))
 
 
-def _on_batch(run: _Run, bar: Any, batch: Batch, outcomes: list[Outcome]) -> None:
+def _on_batch(run: RunState, bar: Any, batch: Batch, outcomes: list[Outcome]) -> None:
     """A finished batch: its failures go to the summary, its successes to a part file (a
     failed write raises :class:`_WriteFailed`: no later batch can be kept)."""
     timings = run.timings
@@ -473,7 +374,7 @@ def _on_batch(run: _Run, bar: Any, batch: Batch, outcomes: list[Outcome]) -> Non
     bar.update(len(outcomes))
 
 
-def _merge_parts(run: _Run) -> None:
+def _merge_parts(run: RunState) -> None:
     """Fold the part files into ``results.parquet`` and ``per_request.parquet``. An interrupt
     or a failed write leaves the parts for the next run; either way the summary counts what
     was really written. Sets ``write_seconds`` and ``total_seconds``."""
@@ -491,19 +392,17 @@ def _merge_parts(run: _Run) -> None:
             run.write_error = err
         summary.computed = len(run.written)
         summary.rows = run.run_dir.rows_in_results()
-    if summary.interrupted:
-        log.warning(
-            "interrupted: %d points finished and kept; run the same command again to compute "
-            "the %d missing",
-            summary.computed,
-            len(run.todo) - summary.computed,
-        )
     run.timings["write_seconds"] = time.perf_counter() - t
     summary.seconds = time.perf_counter() - run.t_start
     run.timings["total_seconds"] = summary.seconds
 
 
-def _finish(run: _Run) -> None:
+def _again(run: RunState) -> str:
+    """The command that resumes ``run`` (into its folder, not a new dated one)."""
+    return lifecycle.resume_command(run.command, run.run_dir.path)
+
+
+def _finish(run: RunState) -> None:
     """Write the final ``manifest.json`` (``interrupted``, ``failed`` or ``complete``; a stop
     signal waits until it is written), set ``summary.error``; raise the write error (one-line
     :class:`StoreError`) or the setup error, if any."""
@@ -521,7 +420,7 @@ def _finish(run: _Run) -> None:
     # A second Ctrl-C or a TERM waits until the manifest is written: it never stays "running".
     with signals_deferred():
         try:
-            run_dir.write_manifest({**_manifest(run, status), "error": summary.error})
+            run_dir.write_manifest({**manifest_doc(run, status), "error": summary.error})
         except OSError as err:
             run.write_error = run.write_error or err
             run.error = run.error or f"out_dir={str(run_dir.path)!r}: {describe_os_error(err)}"
@@ -529,25 +428,24 @@ def _finish(run: _Run) -> None:
     if run.error is not None:
         raise StoreError(
             f"{run.error}; {summary.computed} point(s) finished and kept, {len(run.todo)} "
-            "planned; make room or choose another out_dir, then run the same command again to "
-            "finish"
+            f"planned; make room or choose another out_dir, then to finish: {_again(run)}"
         )
     if run.setup_error is not None:
         raise run.setup_error
 
 
-def _report(run: _Run) -> SweepSummary:
+def _report(run: RunState) -> SweepSummary:
     """Log the outcome (results, failures, a broken executor) and draw the figures of a
     complete run; returns the summary."""
     summary, run_dir = run.summary, run.run_dir
     if run.executor_error is not None:
         log.error(
-            "%s; %d point(s) finished and kept in %s, %d missing; run the same command again "
-            "to compute them",
+            "%s; %d point(s) finished and kept in %s, %d missing; to compute them: %s",
             run.executor_error,
             summary.computed,
             run_dir.results,
             len(run.todo) - summary.computed,
+            _again(run),
         )
         return summary
     per_request = f" and {run_dir.per_request}" if run_dir.per_request.exists() else ""
@@ -564,10 +462,11 @@ def _report(run: _Run) -> SweepSummary:
     )
     if summary.failures:
         log.error(
-            "%d point(s) failed (listed above and in %s); the others are written; run again to "
-            "retry them",
+            "%d point(s) failed (listed above and in %s); the others are written; to retry "
+            "them: %s",
             len(summary.failures),
             run_dir.manifest,
+            _again(run),
         )
     plot = run.cfg.plot
     if plot.enabled and summary.rows and not summary.interrupted:

@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from . import ranges
+from . import overrides, ranges
 from .config import GRID_KEYS, TIER_GRID_KEYS
+from .overrides import OverrideError
 
 MULTIRUN_FLAGS = ("--multirun", "-m")
 
@@ -105,19 +106,39 @@ def _positional_indices(argv: Sequence[str], parser: argparse.ArgumentParser) ->
     return indices
 
 
-def rewrite_override(text: str) -> str:
-    """One override in the form Hydra's run mode accepts (grid keys as lists).
+def rewrite_override(text: str, groups: Sequence[str] | None = None) -> str:
+    """One override in the form Hydra's run mode accepts (grid keys as lists), its key and value
+    checked against the schema (:mod:`sweep.overrides`; ``groups``: the config groups, whose
+    choices are left to Hydra, :func:`sweep.overrides.config_groups`; None: those of
+    ``conf/``).
 
-    Raises :class:`ArgvError` for a sweep that the sweep cannot run (a sweep over a key that is
-    not a grid key, or an ``interval()``)."""
+    Raises :class:`ArgvError` for an override Hydra's grammar does not parse, a key the schema
+    lacks, a value of the wrong type, or a sweep that the sweep cannot run (a sweep over a key
+    that is not a grid key, an ``interval()``, a ``range()`` of step 0)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ValueType
     from hydra.errors import HydraException
 
     try:
         override = OverridesParser.create().parse_override(text)
-    except HydraException:
-        return text  # let Hydra report the parse error in its own words
+    except HydraException as err:
+        raise ArgvError(_parse_error(text, err)) from None
+    if groups is None:
+        groups = overrides.config_groups(())
+    try:
+        replaced = _checked_key(override, groups)
+        if replaced is not None:
+            return replaced
+        rewritten = _rewrite(override, text)
+        _check_value(rewritten, text, groups)
+    except OverrideError as err:
+        raise ArgvError(str(err)) from None
+    return rewritten
+
+
+def _rewrite(override: Any, text: str) -> str:
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
     key = override.key_or_group
     if key == "plot" and override.package is None and not override.is_sweep_override():
         # ``plot=false`` (documented before ``plot`` became a node) is ``plot.enabled=false``
@@ -154,12 +175,82 @@ def rewrite_override(text: str) -> str:
         from hydra.core.override_parser.types import RangeSweep
 
         sweep = override.value()
+        if isinstance(sweep, RangeSweep) and sweep.step == 0:
+            raise ArgvError(f"'{text}': range() needs a step other than 0")
         if isinstance(sweep, RangeSweep) and not sweep.shuffle:
             compact = ranges.compact(key, sweep.start, sweep.stop, sweep.step)
             if compact is not None:
                 return f"{override.get_key_element()}={compact}"
-    values = ",".join(_sweep_strings(override))
+    try:
+        values = ",".join(_sweep_strings(override))
+    except (ValueError, HydraException) as err:
+        raise ArgvError(f"'{text}': {err}") from None
     return f"{override.get_key_element()}=[{values}]"
+
+
+def _parse_error(text: str, err: Exception) -> str:
+    """One line for an override Hydra's grammar does not parse; a hint to quote a value with
+    characters outside ASCII, which the grammar takes only inside quotes."""
+    odd = [c for c in text if not c.isascii()]
+    key, sep, value = text.partition("=")
+    if odd and sep:
+        return (
+            f"'{text}': Hydra's grammar takes characters such as {odd[0]!r} only inside quotes; "
+            f"quote the value: {key}='{value}' (in the shell: \"{key}='{value}'\")"
+        )
+    first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    return (
+        f"'{text}': Hydra cannot parse this override ({first.strip()}); see "
+        "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"
+    )
+
+
+def _checked_key(override: Any, groups: Sequence[str]) -> str | None:
+    """Check the override's key against the schema (:func:`sweep.overrides.field_type`: a key
+    it lacks raises, naming the closest); returns the override's replacement when it has one
+    (``hardware=null`` is Hydra's ``~hardware``), else None."""
+    from hydra.core.override_parser.types import ValueType
+
+    key = override.key_or_group
+    if override.package is not None or "[" in key or override.is_delete():
+        return None
+    if overrides.is_group(key, groups):
+        is_null = override.value_type == ValueType.ELEMENT and override.value() is None
+        if is_null and key in overrides.DEFAULTS_GROUPS and not override.is_add():
+            return f"~{key}"  # Hydra's own "no choice" (GROUP=null is a traceback there)
+        return None
+    if overrides.ANY_GROUP in groups and "." not in key:
+        # perhaps a group of a search path we do not read (--config-path): Hydra decides
+        with contextlib.suppress(OverrideError):
+            overrides.field_type(key)
+        return None
+    overrides.field_type(key, groups)
+    return None
+
+
+def _check_value(rewritten: str, typed: str, groups: Sequence[str]) -> None:
+    """The value of an override as Hydra will get it (grid keys in list form) against its
+    key's type (:func:`sweep.overrides.check_value`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(rewritten)
+    except HydraException:
+        return  # cannot happen: Hydra's own serialization
+    key = override.key_or_group
+    if override.value_type != ValueType.ELEMENT or override.is_delete():
+        return
+    if override.package is not None or "[" in key:
+        return
+    if overrides.is_group(key, groups):
+        return
+    try:
+        tp = overrides.field_type(key, groups)
+    except OverrideError:
+        return  # a key of a search path we do not read (see _checked_key)
+    overrides.check_value(key, tp, override.value(), typed)
 
 
 def _sweep_strings(override: Any) -> list[str]:
@@ -181,9 +272,9 @@ def _sweep_strings(override: Any) -> list[str]:
     return list(override.sweep_string_iterator())
 
 
-def rewrite_overrides(overrides: Sequence[str]) -> list[str]:
+def rewrite_overrides(typed: Sequence[str]) -> list[str]:
     """:func:`rewrite_override` over a list (for Hydra's compose API and the tests)."""
-    return [rewrite_override(o) for o in overrides]
+    return [rewrite_override(o) for o in typed]
 
 
 def rewrite_argv(argv: Sequence[str]) -> Rewrite:
@@ -201,7 +292,8 @@ def rewrite_argv(argv: Sequence[str]) -> Rewrite:
     indices = _positional_indices(kept, _hydra_args_parser())
     if indices is None:
         return Rewrite(kept, notes)
+    groups = overrides.config_groups(kept)
     out = list(kept)
     for i in indices:
-        out[i] = rewrite_override(kept[i])
+        out[i] = rewrite_override(kept[i], groups)
     return Rewrite(out, notes)

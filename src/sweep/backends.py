@@ -41,9 +41,9 @@ def dask_client(ex: ExecutorConfig) -> Iterator[Any]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise prefixsim.PrefixSimError(
-            "executor=dask needs the dask and distributed packages: pip install 'prefixsim[dask]'"
-        ) from None
+        from .inputs import DASK_MISSING
+
+        raise prefixsim.PrefixSimError(DASK_MISSING) from None
     with ExitStack() as stack:
         # CRITICAL: a lost worker is one line of the sweep's, not a dozen of the scheduler's
         stack.enter_context(_quiet("distributed", logging.CRITICAL))

@@ -197,6 +197,7 @@ class ModelConfig:
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     kv_dtype: str = "bf16"
+    reuse_up_projection: bool = False
     source: str = ""
 
 
@@ -351,13 +352,11 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
         known = [f.name for f in fields(schema)]
         unknown = [str(k) for k in node if k not in known]
         if unknown:
-            from prefixsim import ParameterError
+            from prefixsim import PrefixSimError
 
-            raise ParameterError(
-                f"{prefix}{unknown[0]}",
-                node[unknown[0]],
-                f"not a key of the sweep configuration (keys: {', '.join(known)})",
-            )
+            from .overrides import unknown_key
+
+            raise PrefixSimError(unknown_key(prefix, unknown[0], known))
     from . import ranges
 
     # A long range() stays one interpolation (sweep.ranges): expanded here, not as nodes.
@@ -366,9 +365,18 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
         cfg = cfg.copy()
         for key in expanded:
             cfg[key] = []
-    if OmegaConf.get_type(cfg) is not SweepConfig:
-        cfg = OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg)
-    obj = OmegaConf.to_object(cfg)
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        if OmegaConf.get_type(cfg) is not SweepConfig:
+            cfg = OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg)
+        obj = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as err:  # an interpolation that fails, a mandatory key unset
+        from prefixsim import PrefixSimError
+
+        from .overrides import describe_omegaconf_error
+
+        raise PrefixSimError(describe_omegaconf_error(cfg, err)) from None
     assert isinstance(obj, SweepConfig)
     for key, values in expanded.items():
         setattr(obj, key, values)

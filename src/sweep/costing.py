@@ -174,28 +174,34 @@ def grid_sizes(
 
 
 def check_profile_overrides(argv: Sequence[str], conf_dir: Path) -> None:
-    """``model=NAME`` or ``hardware=NAME`` on the command line that names no profile: a
-    :class:`ParameterError` listing the known ones (one line, exit status 2), before Hydra's
-    own, longer message. Profiles are searched where Hydra searches them: the bundled ones,
-    ``conf_dir/KIND/`` and every ``--config-dir``. With ``--config-path`` or a
-    ``hydra.searchpath`` override the check is left to Hydra."""
-    dirs = [conf_dir]
-    args = list(argv)
-    for i, token in enumerate(args):
-        if token in ("--config-dir", "-cd") and i + 1 < len(args):
-            dirs.append(Path(args[i + 1]))
-        elif token.startswith("--config-dir="):
-            dirs.append(Path(token.partition("=")[2]))
-        elif token in ("--config-path", "-cp") or token.startswith(
-            ("--config-path=", "hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")
-        ):
-            return
-    for token in args:
+    """``model=NAME`` or ``hardware=NAME`` on the command line: the profile Hydra would use,
+    read by the engine's loader (:func:`prefixsim.load_model`, :func:`prefixsim.load_hardware`)
+    before Hydra composes anything, so a profile of a ``--config-dir`` with bad YAML, a missing
+    key, a value of the wrong type (``layers: "32"``, which Hydra's schema would convert), an
+    alias or a number out of range is the engine's one-line error naming the file and the key
+    (exit status 2), as with ``python -m prefixsim --model FILE``; and a NAME that names no
+    profile lists the known ones. Profiles are searched where Hydra searches them, in its
+    order: the ``--config-dir``, ``conf_dir/KIND/``, then the bundled ones. With
+    ``--config-path`` or a ``hydra.searchpath`` override the check is left to Hydra."""
+    from .overrides import config_dirs
+
+    found_dirs = config_dirs(argv, conf_dir)
+    if found_dirs is None:
+        return
+    # Hydra's order: the last --config-dir given first, then conf_dir (then the bundled ones)
+    dirs = [*reversed(found_dirs[1:]), found_dirs[0]]
+    for token in argv:
         key, sep, value = token.partition("=")
         if not sep or key not in ("model", "hardware") or value in ("", "null"):
             continue
-        known = {p.stem for p in profile_dir(key).glob("*.yaml")}
-        for d in dirs:
-            known.update(p.stem for p in (d / key).glob("*.yaml"))
-        if value not in known:
+        found = [d / key / f"{value}.yaml" for d in dirs] + [profile_dir(key) / f"{value}.yaml"]
+        path = next((p for p in found if p.is_file()), None)
+        if path is None:
+            known = {p.stem for p in profile_dir(key).glob("*.yaml")}
+            for d in dirs:
+                known.update(p.stem for p in (d / key).glob("*.yaml"))
             raise ParameterError(key, value, f"unknown {key} (known: {', '.join(sorted(known))})")
+        if key == "model":
+            load_model(str(path), key="model")
+        else:
+            load_hardware(str(path), key="hardware")

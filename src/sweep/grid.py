@@ -261,13 +261,11 @@ def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
 
 
 def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
+    check_every_value(cfg)
     if cfg.tiers is not None:  # a hierarchy's grid (the tiers group): sweep/tiers.py
         from .tiers import plan_tiers
 
         return plan_tiers(cfg)
-    for key in ("trace", "policy", "capacity", "cache_size", "block_size"):
-        if getattr(cfg, key) is not None and not getattr(cfg, key):
-            raise PlanError(f"{key}: empty list; the grid needs at least one value")
     traces = unique(cfg.trace)
     policies = unique(cfg.policy)
     for name in policies:
@@ -307,6 +305,114 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
         for policy_points in planned
         for params, block_size, cache_bytes, cluster in policy_points
     ]
+
+
+NOT_WITH_TIERS: tuple[str, ...] = ("capacity", "cache_size", "instances", "router")
+"""Keys a hierarchy's grid does not use and that are null unless given: refused with ``tiers``
+(its capacities are each tier's, and a hierarchy does not run behind a router)."""
+
+
+def check_every_value(cfg: SweepConfig) -> None:
+    """The rules every grid key follows, whether or not a point of this grid uses it: no
+    empty list (``capacity=[]``, ``router=[]``, ``tiers.dram.capacity=[]`` alike), no key a
+    hierarchy would ignore, and every value valid for the policies and routers that have the
+    key (``overlap_weight=-1`` with no ``kv_aware`` point is refused like with one). Raises
+    :class:`PlanError` or :class:`ParameterError` naming the key."""
+    from .config import GRID_KEYS, TIER_LEVELS, TIER_PARAM_KEYS
+
+    lists: list[tuple[str, Any]] = [(k, getattr(cfg, k)) for k in GRID_KEYS]
+    if cfg.tiers is not None:
+        lists.append(("tiers.mode", cfg.tiers.mode))
+        for level in TIER_LEVELS:
+            tier = getattr(cfg.tiers, level)
+            if tier is not None:
+                lists.extend((f"tiers.{level}.{k}", getattr(tier, k)) for k in TIER_PARAM_KEYS)
+    for key, values in lists:
+        if values is not None and not len(values):
+            raise PlanError(f"{key}: empty list; the grid needs at least one value")
+    if cfg.tiers is not None:
+        given = [k for k in NOT_WITH_TIERS if getattr(cfg, k) is not None]
+        if given:
+            raise PlanError(
+                f"{given[0]}: does not apply to a hierarchy (tiers={cfg.tiers.name or '...'}): "
+                "its capacities are tiers.LEVEL.capacity and it runs as one cache; remove "
+                f"{' and '.join(given)} or tiers"
+            )
+    _check_unused_values(cfg)
+    if cfg.tiers is not None:
+        from .config import TierConfig
+
+        defaults = dataclasses.asdict(TierConfig())
+        for level in TIER_LEVELS:
+            tier = getattr(cfg.tiers, level)
+            if tier is None:
+                continue
+            used = {
+                k
+                for p in unique(tier.policy)
+                for k in prefixsim.get_policy(p).params_type.field_names()
+            }
+            for key in POLICY_PARAM_KEYS:
+                values = unique(getattr(tier, key))
+                if key not in used and values != defaults[key]:
+                    check_policy_values(f"tiers.{level}.{key}", key, values)
+
+
+_SCHEMA_DEFAULTS: dict[str, Any] = {}
+
+
+def _default_of(key: str) -> Any:
+    """The schema's default of a top-level key (a value the engine's rules always accept)."""
+    if not _SCHEMA_DEFAULTS:
+        _SCHEMA_DEFAULTS.update(dataclasses.asdict(SweepConfig()))
+    return _SCHEMA_DEFAULTS.get(key)
+
+
+def _check_unused_values(cfg: SweepConfig) -> None:
+    """The values of a policy or router parameter that no policy or router of the grid has,
+    checked by the engine's rule for that key alone, for each registered policy or router
+    that has it: a value no point uses is refused as it would be in a point. (Values equal to
+    the schema's defaults are skipped: the routers' module is not imported for a grid that
+    gives none.)"""
+    from .config import ROUTER_PARAM_KEYS
+
+    if cfg.tiers is None:
+        used = {
+            k for p in unique(cfg.policy) for k in prefixsim.get_policy(p).params_type.field_names()
+        }
+        for key in POLICY_PARAM_KEYS:
+            values = unique(getattr(cfg, key))
+            if key not in used and values != _default_of(key):
+                check_policy_values(key, key, values)
+    given = [k for k in ROUTER_PARAM_KEYS if unique(getattr(cfg, k)) != _default_of(k)]
+    if not given:
+        return
+    from prefixsim.cluster import get_router, make_router, router_names
+
+    routers = cfg.router if cfg.router is not None else ["round_robin"]
+    has = {k for r in unique(routers) for k in get_router(r).params_type.field_names()}
+    for key in given:
+        if key in has and (cfg.router is not None or cfg.instances is not None):
+            continue  # checked in the points (sweep.cluster.cluster_specs)
+        for name in router_names():
+            if key in get_router(name).params_type.field_names():
+                for value in unique(getattr(cfg, key)):
+                    make_router(name, **{key: value})  # ParameterError naming the key
+
+
+def check_policy_values(name: str, key: str, values: Sequence[Any]) -> None:
+    """``values`` of the policy parameter ``key`` (the sweep's ``name`` for it, e.g.
+    ``tiers.dram.small_ratio``) through the rules of every registered policy that read that
+    field alone (:attr:`PolicyParams.checks`)."""
+    for policy in prefixsim.policy_names():
+        params_type = prefixsim.get_policy(policy).params_type
+        for reads, rule in getattr(params_type, "checks", ()):
+            if reads == (key,):
+                for value in values:
+                    try:
+                        rule(value)
+                    except ParameterError as err:
+                        raise ParameterError(name, err.value, err.allowed) from None
 
 
 def _policy_points(

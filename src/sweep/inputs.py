@@ -18,11 +18,18 @@ from .config import Backend, ExecutorConfig, SweepConfig
 
 log = logging.getLogger("sweep")
 
+DASK_MISSING = (
+    "executor=dask needs the dask and distributed packages: pip install 'prefixsim[dask]'"
+)
+
 
 def checked_config(cfg: SweepConfig) -> SweepConfig:
     """``cfg`` with its executor settings and ``out_dir`` checked (:class:`ParameterError`)
     and ``out_dir``'s interpolations resolved."""
     validate_executor(cfg.executor)
+    dask = cfg.executor.backend == Backend.dask
+    if dask and not all(_importable(m) for m in ("dask", "distributed")):
+        raise prefixsim.PrefixSimError(DASK_MISSING)  # before the run directory is made
     if cfg.executor.address and cfg.executor.backend != Backend.dask:
         log.warning(
             "executor.address is for executor=dask; ignored with %s", cfg.executor.backend.value
@@ -32,6 +39,15 @@ def checked_config(cfg: SweepConfig) -> SweepConfig:
     if "${" in cfg.out_dir:  # e.g. the default, when called from Python rather than Hydra
         cfg = dataclasses.replace(cfg, out_dir=_resolve(cfg.out_dir))
     return cfg
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules: not importable
+        return False
 
 
 def validate_executor(ex: ExecutorConfig) -> None:
@@ -80,14 +96,33 @@ def load_traces(
         trace = prefixsim.load_trace(name, block_size=sizes[0], options=options)
         if trace.block_size is None:
             add(name, trace)
+            warn_without_blocks(name, {None: trace})
             continue
         add((name, sizes[0]), trace)
+        loaded: dict[int | None, Trace] = {sizes[0]: trace}
         for block_size in sizes[1:]:
-            add(
-                (name, block_size),
-                prefixsim.load_trace(name, block_size=block_size, options=options),
-            )
+            loaded[block_size] = prefixsim.load_trace(name, block_size=block_size, options=options)
+            add((name, block_size), loaded[block_size])
+        warn_without_blocks(name, loaded)
     return shas, traces
+
+
+def warn_without_blocks(name: str, loaded: dict[int | None, Trace]) -> None:
+    """One warning for a trace none of whose requests has a full block at some block sizes
+    (every point there hits nothing: a prompt shorter than a block is never cached)."""
+    empty = [bs for bs, t in loaded.items() if t.n_requests and t.n_accesses == 0]
+    if not empty:
+        return
+    longest = max(int(t.input_lengths.max()) for t in loaded.values() if t.n_requests)
+    where = "at block_size=" + ", ".join(str(bs) for bs in empty) if empty != [None] else "in it"
+    every = len(empty) == len(loaded)
+    log.warning(
+        "trace %s: no request has a full block %s (the longest prompt has %d tokens): %s",
+        name,
+        where,
+        longest,
+        "every hit rate will be 0" if every else "the points there will hit nothing",
+    )
 
 
 def _resolve(value: str) -> str:

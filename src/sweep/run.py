@@ -211,10 +211,19 @@ def run_batch(
     """Replay a batch of points of one trace (runs in a worker), outcomes in ``items`` order.
     Never raises for a point: a failure is returned with the exception's type, message and
     location."""
-    trace = _local_trace(trace)
-    # A (point_id, params, block_size) item is a single-cache point.
     items = [_full_item(it) for it in given]
-    out: dict[int, Outcome] = {}
+    done = _replay_items(_local_trace(trace), items, per_request)
+    return [o if isinstance(o, Outcome) else _failure(items[i][0], o) for i, o in enumerate(done)]
+
+
+def _replay_items(
+    trace: Trace, items: Sequence[Item], per_request: bool
+) -> list[Outcome | Exception]:
+    """Each item's outcome, or the exception its replay raised, in ``items`` order: the one
+    dispatch of a point to the engine (an LRU curve for LRU points of one block size, a
+    cluster, a hierarchy or a policy replay), shared by the workers (:func:`run_batch`) and by
+    planning (:func:`check_items`)."""
+    out: dict[int, Outcome | Exception] = {}
     for block_size, indices in _curve_groups(items).items():
         try:
             curve = prefixsim.lru_curve(trace, [items[i][1].capacity for i in indices], block_size)
@@ -233,8 +242,25 @@ def run_batch(
                 continue
             out[i] = _outcome(point_id, replay_point(trace, params, block_size), per_request)
         except Exception as err:
-            out[i] = _failure(point_id, err)
+            out[i] = err
     return [out[i] for i in range(len(items))]
+
+
+def check_items(trace: Trace, items: Sequence[Item]) -> list[Outcome | Exception]:
+    """The engine's own checks of each point, before the sweep takes its run directory
+    (:mod:`sweep.engine_checks`): every item replayed exactly as a worker would
+    (:func:`_replay_items`) on the first request of ``trace`` (:func:`head`), so each refusal
+    of the engine's replay path that does not depend on the rest of the trace (a policy the
+    tier kernel does not run in that position, a size past what can be allocated...) is
+    raised now, with the engine's own message, instead of failing the run. It also loads (or
+    compiles) every kernel the points need. Returns each item's outcome (with its hit tokens)
+    or the exception its replay raised."""
+    return _replay_items(head(trace), items, True)
+
+
+def head(trace: Trace) -> Trace:
+    """The first request of ``trace`` as a trace of its own (this process's writable copy)."""
+    return _head(_local_trace(trace), 1)
 
 
 # --- parent side ---------------------------------------------------------------------------------
@@ -308,22 +334,20 @@ def runs_in_process(estimated_seconds: float, workers: int, start: float) -> boo
 
 
 def _head(trace: Trace, accesses: int) -> Trace:
-    """The first requests of ``trace`` holding about ``accesses`` block accesses (same array
-    types as the whole trace)."""
+    """The first requests of ``trace`` holding about ``accesses`` block accesses (at least one
+    request, if it has any; same array types as the whole trace): ``offsets`` and
+    ``block_ids`` cut at those requests, every other array (one value per request) too."""
     n = int(np.searchsorted(trace.offsets, accesses, side="left"))
-    n = max(1, min(n, trace.n_requests))
+    n = max(min(1, trace.n_requests), min(n, trace.n_requests))
     end = int(trace.offsets[n])
-    block_ids = np.ascontiguousarray(trace.block_ids[:end])
-    return dataclasses.replace(
-        trace,
-        timestamps=trace.timestamps[:n].copy(),
-        input_lengths=trace.input_lengths[:n].copy(),
-        output_lengths=trace.output_lengths[:n].copy(),
-        offsets=trace.offsets[: n + 1].copy(),
-        block_ids=block_ids.copy(),
-        n_blocks=int(block_ids.max()) + 1 if end else 0,
-        line_numbers=trace.line_numbers[:n].copy(),
-    )
+    cut = {"offsets": n + 1, "block_ids": end}
+    arrays = {
+        f.name: a[: cut.get(f.name, n)].copy()
+        for f in dataclasses.fields(trace)
+        if isinstance(a := getattr(trace, f.name), np.ndarray)
+    }
+    n_blocks = int(arrays["block_ids"].max()) + 1 if end else 0
+    return dataclasses.replace(trace, n_blocks=n_blocks, **arrays)  # type: ignore[arg-type]
 
 
 def plan_batches(

@@ -37,6 +37,8 @@ class SweepSummary:
     """Rows of results.parquet (every point computed in the run directory so far)."""
     error: str | None = None
     """Why the sweep stopped early (a killed worker, a lost Dask cluster), if it did."""
+    discarded: bool = False
+    """Interrupted before any point finished: the run folder this run made was removed."""
     seconds: float = 0.0
 
     @property

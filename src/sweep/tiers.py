@@ -63,10 +63,7 @@ def _tier_grid(level: str, tc: TierConfig) -> list[Tier]:
     out: list[Tier] = []
     for policy in dict.fromkeys(tc.policy):
         names = prefixsim.get_policy(policy).params_type.field_names()
-        keys = [k for k in POLICY_PARAM_KEYS if k in names]
-        for key in keys:
-            if not getattr(tc, key):
-                raise ParameterError(f"tiers.{level}.{key}", [], f"{policy} needs a value")
+        keys = [k for k in POLICY_PARAM_KEYS if k in names]  # no list is empty: check_every_value
         for capacity in dict.fromkeys(tc.capacity):
             for combo in itertools.product(*(dict.fromkeys(getattr(tc, k)) for k in keys)):
                 extra = dict(zip(keys, combo, strict=True))
@@ -98,11 +95,6 @@ def plan_tiers(cfg: SweepConfig) -> list[GridPoint]:
             raise PlanError(f"tiers.order: tier {level!r} has no configuration (tiers.{level})")
     if len(set(levels)) != len(levels):
         raise PlanError(f"tiers.order: {levels} names a tier twice")
-    for key in ("trace", "block_size"):
-        if not getattr(cfg, key):
-            raise PlanError(f"{key}: empty list; the grid needs at least one value")
-    if not tc.mode:
-        raise PlanError("tiers.mode: empty list; the grid needs at least one value")
     per_level = [_tier_grid(level, getattr(tc, level)) for level in levels]
     hierarchies: list[Hierarchy] = []
     for mode in unique(tc.mode):

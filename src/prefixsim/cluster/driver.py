@@ -102,6 +102,19 @@ def _template(stamp: str) -> Any:
     return cluster_driver
 
 
+def _pair_dtype(n_accesses: int) -> type[np.signedinteger[Any]]:
+    return np.int32 if n_accesses < 2**31 - 1 else np.int64
+
+
+def pair_map_bytes(n_blocks: int, n_accesses: int, instances: int) -> int:
+    """What :func:`run` allocates beside the policy's state: the (instance, block) -> pair id
+    map and the request's ids (at most one per access); the state itself is over at most
+    ``min(n_accesses, instances * n_blocks)`` pair ids (``check_cluster`` bounds it by
+    ``instances`` states of ``n_blocks`` ids)."""
+    item = np.dtype(_pair_dtype(n_accesses)).itemsize
+    return item * (n_blocks * instances + n_accesses)
+
+
 def run(
     steps: Steps,
     params: Any,
@@ -118,7 +131,7 @@ def run(
     service seconds; per instance the counters ``[instance, counter]``."""
     # At most one pair per block access; int64 ids only when they could pass int32.
     max_pairs = min(trace.n_accesses, instances * trace.n_blocks)
-    dtype = np.int32 if trace.n_accesses < 2**31 - 1 else np.int64
+    dtype = _pair_dtype(trace.n_accesses)
     pair = np.zeros(trace.n_blocks * instances, dtype)  # untouched pages stay unallocated
     s = steps.make_state(params, Space(max_pairs, instances, trace.block_ids))
     lengths = np.diff(trace.offsets)

@@ -25,6 +25,12 @@ MAX_PROMPT_TOKENS = 2**31
 """Above this, ``n * (n + 1)`` no longer fits int64 (the same bound as ``prefill_flops``)."""
 
 
+MAX_DECODE = 1e9
+"""Largest ``decode_seconds_per_token``: ``output_length * decode_seconds_per_token`` and the
+queues' sums of it stay finite for any int64 ``output_length`` (``1e308`` passed planning and
+made the service times ``Infinity``)."""
+
+
 @njit(cache=True)
 def prefill_seconds(n, h, block_size, two_active, attention_coeff, eff_flops, kv_bytes, bw):
     """Estimated prefill time of ``n`` prompt tokens with the first ``h`` reused:
@@ -51,8 +57,10 @@ class LoadModel:
         object.__setattr__(self, "hardware", load_hardware(self.hardware))
         self.hardware.tier_bandwidth(self.cache_tier)  # an unknown tier names cache_tier
         d = self.decode_seconds_per_token
-        if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d < float("inf"):
-            raise ParameterError("decode_seconds_per_token", d, "expected a finite number >= 0")
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d <= MAX_DECODE:
+            raise ParameterError(
+                "decode_seconds_per_token", d, f"expected seconds in [0, {MAX_DECODE:g}]"
+            )
         object.__setattr__(self, "decode_seconds_per_token", float(d))
 
     def constants(self, block_size: int) -> tuple[int, float, float, float, int, float]:

@@ -24,12 +24,13 @@ from typing import Any
 import numpy as np
 
 from .._exact import HitTotals
+from .._memory import check_fits
 from ..engine import single
 from ..errors import ParameterError
 from ..hardware import HardwareProfile
 from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
-from ..policies.base import check_int
+from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
 from ..trace import Trace, load_trace
 from . import driver as cluster_driver
@@ -193,17 +194,21 @@ def replay_cluster(
     )
 
 
-def replay_cluster_params(
-    trace: Trace,
+def check_cluster(
     params: PolicyParams,
     block_size: int,
     instances: int,
     router: RouterParams,
     load: LoadModel | None,
+    trace: Trace | None = None,
     *,
     engine: Engine = "kernel",
-) -> ClusterResult:
-    """Replay with already validated parameters (what the sweep calls for a cluster point)."""
+) -> tuple[int, int]:
+    """Every check of a cluster point before its replay (what the sweep's planning can call per
+    point, with or without the trace): ``(block_size, instances)`` normalised, or the
+    :class:`ParameterError` (:class:`TraceError`) naming the key (the line). Memory: the
+    router's state (the session ring) and, for the routers whose kernel holds every instance's
+    cache, ``instances`` copies of the policy's state, refused before anything is allocated."""
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     instances = check_int("instances", instances, 1, MAX_INSTANCES)
     spec = get_router(router.router)
@@ -221,9 +226,43 @@ def replay_cluster_params(
             "decides as it goes (the static routers round_robin, random and session take it)",
         )
     check_engine(engine)
-    if load is not None:
+    if engine == "kernel":
+        get_policy(params.policy).compiled_steps()  # a policy with a reference only is refused
+    key = router.state_key
+    check_fits(
+        key,
+        instances if key == "instances" else getattr(router, key),
+        router.state_bytes(instances),
+        f"the {router.router} router's state for {instances} instances",
+    )
+    copies = instances if spec.assign is None else 1  # one sub-trace at a time otherwise
+    n_blocks, n_accesses = (0, 0) if trace is None else (trace.n_blocks, trace.n_accesses)
+    # The cluster driver's (instance, block) -> pair id map beside the instances' states
+    pairs = 0
+    if spec.assign is None:
+        pairs = cluster_driver.pair_map_bytes(n_blocks, n_accesses, instances)
+    check_state_fits(params, n_blocks, n_accesses, copies=copies, extra=pairs)
+    if load is not None and trace is not None:
         load.check_trace(trace.input_lengths, block_size)
+    return block_size, instances
+
+
+def replay_cluster_params(
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    instances: int,
+    router: RouterParams,
+    load: LoadModel | None,
+    *,
+    engine: Engine = "kernel",
+) -> ClusterResult:
+    """Replay with already validated parameters (what the sweep calls for a cluster point)."""
+    block_size, instances = check_cluster(
+        params, block_size, instances, router, load, trace, engine=engine
+    )
     setup = Setup(params, block_size, instances, router, load)
+    spec = get_router(router.router)
     start = time.perf_counter()
     if engine == "reference":
         raw = reference_cluster(trace, setup)
@@ -315,7 +354,7 @@ def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
     assert load is not None  # needs_load routers were checked by the caller
     spec = get_policy(setup.params.policy)
     instance, hits, delay, prefill, service, cnt = cluster_driver.run(
-        spec.steps,
+        spec.compiled_steps(),
         setup.params,
         trace,
         _arrival_seconds(trace),

@@ -16,6 +16,7 @@ Ties go to the lowest instance index everywhere.
 from __future__ import annotations
 
 import bisect
+import operator
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Protocol
@@ -75,9 +76,16 @@ class RouterParams:
     """Parameters of one router. Subclasses add fields; construction validates them."""
 
     router: ClassVar[str]
+    state_key: ClassVar[str] = "instances"
+    """The key an error names when :meth:`state_bytes` cannot fit."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"router": self.router, **asdict(self)}
+
+    def state_bytes(self, instances: int) -> int:
+        """Bytes the router allocates for ``instances`` instances (beyond per-request arrays),
+        checked against the machine's memory before a replay; 0 unless a router overrides it."""
+        return 0
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -177,10 +185,18 @@ def _assign_round_robin(params: RouterParams, instances: int, trace: Trace) -> n
 class RandomParams(RouterParams):
     router: ClassVar[str] = "random"
     seed: int = 0
-    """Start of the SplitMix64 stream (any integer >= 0; taken modulo 2**64)."""
+    """Start of the SplitMix64 stream: any integer, taken modulo 2**64 and kept as its
+    representative in ``[-2**63, 2**63)`` (so ``-1`` and ``2**64 - 1`` are one seed, and it fits
+    the sweep's int64 column)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seed", check_int("seed", self.seed, 0))
+        if isinstance(self.seed, bool):
+            raise ParameterError("seed", self.seed, "expected an integer, not a boolean")
+        try:
+            seed = operator.index(self.seed)
+        except TypeError:
+            raise ParameterError("seed", self.seed, "expected an integer") from None
+        object.__setattr__(self, "seed", (seed + 2**63) % 2**64 - 2**63)
 
 
 class RandomRouter(ReferenceRouter):
@@ -203,6 +219,7 @@ def _assign_random(params: RouterParams, instances: int, trace: Trace) -> np.nda
 @dataclass(frozen=True)
 class SessionParams(RouterParams):
     router: ClassVar[str] = "session"
+    state_key: ClassVar[str] = "vnodes"
     vnodes: int = 64
     """Points of each instance on the consistent-hashing ring."""
     key_blocks: int = 1
@@ -212,6 +229,11 @@ class SessionParams(RouterParams):
     def __post_init__(self) -> None:
         object.__setattr__(self, "vnodes", check_int("vnodes", self.vnodes, 1, 2**32 - 1))
         object.__setattr__(self, "key_blocks", check_int("key_blocks", self.key_blocks, 1))
+
+    def state_bytes(self, instances: int) -> int:
+        """:func:`ring_arrays` of ``instances * vnodes`` points: at its peak about 52 bytes a
+        point (the instance and vnode columns, the points, the sort order and the results)."""
+        return 56 * instances * self.vnodes
 
 
 def ring_points(instances: int, vnodes: int) -> list[tuple[int, int]]:
@@ -338,6 +360,11 @@ class LeastLoadedRouter(ReferenceRouter):
         return best
 
 
+MAX_WEIGHT = 1e9
+"""Largest ``overlap_weight``: the weighted prefill time stays finite (a weight of ``1e308``
+made every instance's cost ``Infinity``, a tie the lowest index always won)."""
+
+
 @dataclass(frozen=True)
 class KVAwareParams(RouterParams):
     router: ClassVar[str] = "kv_aware"
@@ -346,8 +373,8 @@ class KVAwareParams(RouterParams):
 
     def __post_init__(self) -> None:
         w = self.overlap_weight
-        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w < float("inf"):
-            raise ParameterError("overlap_weight", w, "expected a finite number >= 0")
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= MAX_WEIGHT:
+            raise ParameterError("overlap_weight", w, f"expected a number in [0, {MAX_WEIGHT:g}]")
         object.__setattr__(self, "overlap_weight", float(w))
 
 

@@ -118,7 +118,9 @@ def compiled(
             # composition, so that an index never holds a state class from a module another
             # process cannot import (a researcher's policy): numba unpickles the whole index.
             parts = ".".join(getattr(k, "__name__", str(k)) for k in key)
-            fn.__qualname__ = f"{fn.__qualname__}.{parts}"
+            # The name is also what prefixsim.first_use's compile notice says: the driver, then
+            # the composition (``single_driver.FIFOState.SpecRule``).
+            fn.__qualname__ = f"{fn.__name__}.{parts}"
             dispatcher = njit(cache=True, nogil=True, _nrt=False)(fn)  # type: ignore[call-overload]
             dispatcher.__class__ = _Driver
             _BUILT[(template, *key)] = dispatcher

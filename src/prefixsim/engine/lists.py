@@ -137,6 +137,11 @@ def link_array(n_ids: int) -> np.ndarray:
     return zeroed_state(2 * n_ids, dtype)
 
 
+def link_bytes(n_ids: int) -> int:
+    """The bytes of :func:`link_array` ``(n_ids)`` (a policy's ``state_bytes`` counts them)."""
+    return 2 * n_ids * (4 if n_ids + 2 <= np.iinfo(np.int32).max else 8)
+
+
 def scalars(n_caches: int, *initial: int) -> np.ndarray:
     """Per-cache scalars, ``len(initial)`` slots per cache (cache ``q``'s first at
     ``q * len(initial)``), each set to its initial value (list ends: -1, sizes: 0)."""

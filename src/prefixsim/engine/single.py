@@ -67,9 +67,10 @@ def run(
             block_ids, offsets, input_lengths, n_blocks, block_size, cnt, *inputs
         )
         return hit_tokens, int(final), dict(zip(names, cnt.tolist(), strict=True))
-    s = spec.steps.make_state(params, Space(n_blocks, 1, block_ids))
+    steps = spec.compiled_steps()
+    s = steps.make_state(params, Space(n_blocks, 1, block_ids))
     hit_tokens = np.empty(input_lengths.shape[0], np.int64)
-    driver(spec.steps)(block_ids, offsets, input_lengths, SpecRule(block_size), s, hit_tokens)
+    driver(steps)(block_ids, offsets, input_lengths, SpecRule(block_size), s, hit_tokens)
     counts = s.cnt[0].tolist()
     misses = int(offsets[-1] - offsets[0]) - counts[0]
     return hit_tokens, misses - counts[1], dict(zip(names, counts, strict=True))

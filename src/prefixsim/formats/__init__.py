@@ -31,6 +31,13 @@ DETECT_HELP = (
 )
 
 
+MIN_ARRIVAL_RATE, MAX_ARRIVAL_RATE = 1e-9, 1e12
+"""``arrival_rate`` accepted (requests per second): request ``i`` arrives at
+``i * 1000 / arrival_rate`` ms, finite for every ``i`` a file can hold only if the rate is not
+tiny (``1e-320`` passes ``> 0`` and gives ``Infinity`` and ``NaN`` timestamps); one request per
+31 years to a million per microsecond."""
+
+
 @dataclass(frozen=True)
 class TraceOptions:
     """How a trace file is read (all but ``format`` only matter to some formats)."""
@@ -53,8 +60,20 @@ class TraceOptions:
                 self.format,
                 f"expected null (detect) or one of {', '.join(FORMATS)}",
             )
-        if not (isinstance(self.arrival_rate, int | float) and self.arrival_rate > 0):
-            raise ParameterError("arrival_rate", self.arrival_rate, "expected a positive number")
+        if not isinstance(self.chain, bool):
+            raise ParameterError("chain", self.chain, "expected true or false")
+        for key in ("chat_template", "tokenizer"):
+            if not isinstance(getattr(self, key), str):
+                raise ParameterError(key, getattr(self, key), "expected a string")
+        rate = self.arrival_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float):
+            raise ParameterError("arrival_rate", rate, "expected a number (requests per second)")
+        if not MIN_ARRIVAL_RATE <= rate <= MAX_ARRIVAL_RATE:
+            raise ParameterError(
+                "arrival_rate",
+                rate,
+                f"expected requests per second in [{MIN_ARRIVAL_RATE:g}, {MAX_ARRIVAL_RATE:g}]",
+            )
 
 
 def first_line(raw: bytes, display: str) -> tuple[int, bytes] | None:

@@ -25,11 +25,12 @@ downloaded), encoded without added special tokens.
 from __future__ import annotations
 
 import hashlib
+import string
 from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError, TraceError
+from ..errors import ParameterError, TraceError, shown
 from . import TraceOptions
 from .sessions import check_session_id, dense_session_ids
 from .tokens import TokenTable, check_fields, check_output_length, check_timestamp
@@ -48,16 +49,40 @@ CHAT_FIELDS = {
 
 
 def template_parts(chat_template: str) -> tuple[str, str]:
-    """(per-message template, suffix) of a named or custom template; a custom one is checked."""
+    """(per-message template, suffix) of a named or custom template; a custom one is checked:
+    its only replacement fields are ``{role}`` and ``{content}`` (``{content}`` at least once),
+    with no attribute, index, conversion or format spec. ``str.format_map`` would otherwise
+    evaluate ``{role.upper}`` (a method's repr in the prompt) or ``{role[x]}`` (a TypeError)."""
+    if not isinstance(chat_template, str):
+        raise ParameterError("chat_template", chat_template, "expected a string")
     if chat_template in TEMPLATES:
         return TEMPLATES[chat_template]
     allowed = f"one of {', '.join(TEMPLATES)} or a template with {{role}} and {{content}}"
-    if "{content}" not in chat_template:
-        raise ParameterError("chat_template", chat_template, allowed)
     try:
-        chat_template.format_map({"role": "", "content": ""})
-    except (KeyError, ValueError, IndexError) as e:
+        fields = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(chat_template)
+            if name is not None
+        ]
+    except ValueError as e:  # an unmatched brace
         raise ParameterError("chat_template", chat_template, f"{allowed} ({e})") from None
+    for name, spec, conversion in fields:
+        if name not in ("role", "content") or spec or conversion:
+            field = (
+                "{"
+                + name
+                + (f"!{conversion}" if conversion else "")
+                + (f":{spec}" if spec else "")
+                + "}"
+            )
+            raise ParameterError(
+                "chat_template",
+                chat_template,
+                f"{allowed}: the only fields are {{role}} and {{content}}, without attributes, "
+                f"indices, conversions or format specs; got {shown(field)}",
+            )
+    if not any(name == "content" for name, _, _ in fields):
+        raise ParameterError("chat_template", chat_template, f"{allowed}: no {{content}}")
     return chat_template, ""
 
 
@@ -149,6 +174,24 @@ def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
     )
 
 
+def _not_unicode(role: str, content: str) -> str | None:
+    """What makes ``role`` or ``content`` unencodable (a lone surrogate, which JSON's ``\\ud800``
+    escape gives and UTF-8 cannot hold), or None. Strings of text encode: only then is the
+    search for the character paid."""
+    for key, text in (("role", role), ("content", content)):
+        if text.isascii():
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            char = text[e.start]
+            return (
+                f"{key} with a lone surrogate ({ascii(char)[1:-1]}) at character {e.start}, "
+                "which is not valid Unicode text"
+            )
+    return None
+
+
 def _check_messages(obj: Any, display: str, line: int) -> list[dict[str, str]]:
     from .jsonl import _describe
 
@@ -168,6 +211,8 @@ def _check_messages(obj: Any, display: str, line: int) -> list[dict[str, str]]:
             got = f"role {_describe(m.get('role'))}"
         elif type(m.get("content")) is not str:
             got = f"content {_describe(m.get('content'))}"
+        elif (bad := _not_unicode(m["role"], m["content"])) is not None:
+            got = bad
         else:
             continue
         raise TraceError(

@@ -9,7 +9,9 @@ from . import (
     lru,
     lru_leaf,
     lru_tail_first,
+    radix,
     s3fifo,
+    s3fifo_lcs,
     s3fifo_leaf,
     sieve,
 )
@@ -42,8 +44,10 @@ __all__ = [  # the policy modules too: importing them registers the built-in pol
     "lru_leaf",
     "lru_tail_first",
     "policy_names",
+    "radix",
     "register",
     "s3fifo",
+    "s3fifo_lcs",
     "s3fifo_leaf",
     "sieve",
 ]

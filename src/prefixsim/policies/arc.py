@@ -78,7 +78,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import link_array, pop_head, push, scalars, to_tail, unlink
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
 from ..engine.steps import Space, Steps, counter_array
 from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
@@ -295,4 +295,18 @@ def arc_admit(s, q, h, pred):
 # then evict while there is room, or from an empty T2).
 STEPS = Steps(ARCState, arc_state, arc_is_resident, arc_hit, arc_admit)
 
-SPEC = register(PolicySpec(name="ARC", params_type=ARCParams, reference=ARCReference, steps=STEPS))
+
+def _state_bytes(p: ARCParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`arc_state` per id: ``link`` and ``where`` (int8); the per-cache scalars aside."""
+    return link_bytes(n_blocks) + n_blocks
+
+
+SPEC = register(
+    PolicySpec(
+        name="ARC",
+        params_type=ARCParams,
+        reference=ARCReference,
+        steps=STEPS,
+        state_bytes=_state_bytes,
+    )
+)

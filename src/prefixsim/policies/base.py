@@ -44,6 +44,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._exact import INT64_MAX
+from .._memory import check_fits
 from ..engine.steps import Steps
 from ..engine.steps import ix as ix  # every kernel and step indexes with it
 from ..engine.steps import zeroed_state as zeroed_state
@@ -70,14 +72,19 @@ def check_int(name: str, value: object, minimum: int, maximum: int | None = None
 
 
 def _check_capacity(capacity: object) -> tuple[int]:
-    return (check_int("capacity", capacity, 1),)
+    value = check_int("capacity", capacity, 1)
+    if value > INT64_MAX:  # the kernels' integers are int64
+        raise ParameterError("capacity", capacity, "past int64: at most 2**63 - 1 blocks")
+    return (value,)
 
 
 def _check_capacities(capacities: Sequence[Any]) -> list[int] | None:
     """:func:`_check_capacity` over many values at once, by C-level passes, for the common
-    case where every value is a plain ``int`` >= 1 (each passes unchanged); None otherwise (then
-    check them one by one)."""
-    if not capacities or set(map(type, capacities)) != {int} or min(capacities) < 1:
+    case where every value is a plain ``int`` in ``[1, 2**63 - 1]`` (each passes unchanged);
+    None otherwise (then check them one by one)."""
+    if not capacities or set(map(type, capacities)) != {int}:
+        return None
+    if min(capacities) < 1 or max(capacities) > INT64_MAX:
         return None
     return list(capacities)
 
@@ -115,6 +122,7 @@ class PolicyParams:
             normalised = check(*(getattr(self, n) for n in names))
             for name, value in zip(names, normalised, strict=True):
                 object.__setattr__(self, name, value)
+        check_state_fits(self)
 
     @classmethod
     def unchecked(cls, values: dict[str, Any]) -> PolicyParams:
@@ -246,6 +254,22 @@ class ReferencePolicy(ABC):
 Kernel = Callable[..., tuple[np.ndarray, int]]
 
 
+DEFAULT_BYTES_PER_BLOCK = 64
+DEFAULT_BYTES_PER_SLOT = 32
+DEFAULT_BYTES_PER_ACCESS = 16
+"""The working memory assumed of a policy whose spec gives no ``state_bytes``: more per
+distinct block, per capacity slot and per access than any built-in kernel uses (at most 34,
+16 and 8 bytes), so a new policy is refused too early rather than too late."""
+
+
+def default_state_bytes(params: Any, n_blocks: int, n_accesses: int) -> int:
+    return (
+        DEFAULT_BYTES_PER_BLOCK * n_blocks
+        + DEFAULT_BYTES_PER_SLOT * params.capacity
+        + DEFAULT_BYTES_PER_ACCESS * n_accesses
+    )
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """Everything the compositions need to know about one policy."""
@@ -253,7 +277,9 @@ class PolicySpec:
     name: str
     params_type: type[PolicyParams]
     reference: type[ReferencePolicy]
-    steps: Steps
+    steps: Steps | None
+    """The compiled form every composition's driver runs; None: the policy has a reference
+    only, and every compiled composition refuses it (:meth:`compiled_steps`)."""
     fast_kernel: Kernel | None = None
     """A hand-fused single-cache replay (see the module docstring), or None: the single-cache
     driver over ``steps``."""
@@ -262,6 +288,16 @@ class PolicySpec:
     kernel_state: Callable[[Any, int], tuple[np.ndarray, ...]] | None = None
     """``kernel_state(params, n_blocks)``: fresh working arrays for one fast-kernel call, passed
     after ``kernel_args``; None when the kernel allocates its own."""
+    state_bytes: Callable[[Any, int, int], int] | None = None
+    """``state_bytes(params, n_blocks, n_accesses)``: an upper bound of the bytes one replay
+    allocates in any composition's one cache (the state its steps make, and the fast kernel's
+    ``kernel_state`` and own arrays, whichever is larger; not the trace's) for a trace of
+    ``n_blocks`` distinct blocks and ``n_accesses`` block accesses; ``(params, 0, 0)`` is what
+    the capacity alone costs. It must not decrease when the capacity grows (a grid checks a
+    column's largest capacity first). None: :func:`default_state_bytes`, which assumes more
+    than any built-in kernel uses. Whoever changes a kernel's allocations updates it: a
+    capacity whose state cannot fit in memory is refused with it before anything is
+    allocated (:func:`check_state_fits`)."""
     offline: bool = False
     """The policy knows the future of the stream it will see (``prepare``): it runs where that
     stream is known before the replay (``docs/policies.md``)."""
@@ -277,12 +313,31 @@ class PolicySpec:
     @property
     def kernel(self) -> Any:
         """The compiled single-cache replay (a numba dispatcher): the fast kernel, or the
-        single-cache driver of the steps."""
+        single-cache driver of the steps; for a policy without steps, a function that refuses
+        (:meth:`compiled_steps`'s error)."""
         if self.fast_kernel is not None:
             return self.fast_kernel
+        if self.steps is None:
+            return self._refuse
         from ..engine.single import driver
 
         return driver(self.steps)
+
+    def _refuse(self, *_args: Any) -> Any:
+        return self.compiled_steps()
+
+    def compiled_steps(self) -> Steps:
+        """:attr:`steps`, or the one-line refusal of a policy that has none (every compiled
+        composition calls it before it allocates anything)."""
+        if self.steps is None:
+            raise ParameterError(
+                "policy",
+                self.name,
+                "has no compiled steps yet, so no compiled kernel runs it (one cache, a tier, "
+                "a cluster: docs/policies.md, 'Refusals'); from Python, replay(..., "
+                "engine='reference') or prefixsim.semantics.reference_replay does",
+            )
+        return self.steps
 
     @property
     def counter_names(self) -> tuple[str, ...]:
@@ -291,7 +346,12 @@ class PolicySpec:
     @property
     def removable(self) -> bool:
         """Both engines can take a block out (an exclusive hierarchy's lower tier)."""
-        return self.steps.removable and self.reference.removable
+        return self.steps is not None and self.steps.removable and self.reference.removable
+
+    def working_bytes(self, params: Any, n_blocks: int = 0, n_accesses: int = 0) -> int:
+        """:attr:`state_bytes` (or its default) for this trace size."""
+        state_bytes = self.state_bytes or default_state_bytes
+        return int(state_bytes(params, n_blocks, n_accesses))
 
 
 _REGISTRY: dict[str, PolicySpec] = {}
@@ -303,11 +363,39 @@ def register(spec: PolicySpec) -> PolicySpec:
         raise ValueError(f"policy {spec.name!r} is already registered")
     if spec.params_type.policy != spec.name:
         raise ValueError(f"{spec.params_type.__name__}.policy must be {spec.name!r}")
+    state = None if spec.steps is None else spec.steps.state
     for other in _REGISTRY.values():
-        if other.steps.state is spec.steps.state:
+        if state is not None and other.steps is not None and other.steps.state is state:
             raise ValueError(f"policy {spec.name!r} shares its state class with {other.name!r}")
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def check_state_fits(
+    params: PolicyParams,
+    n_blocks: int = 0,
+    n_accesses: int = 0,
+    copies: int = 1,
+    extra: int = 0,
+) -> None:
+    """Refuse ``params`` (naming ``capacity``) when ``copies`` kernel states for a trace of
+    ``n_blocks`` distinct blocks and ``n_accesses`` accesses cannot fit in this machine's memory
+    (:mod:`prefixsim._memory`). Construction runs it with an empty trace, so a capacity whose
+    state alone cannot fit is refused wherever parameters are made (the CLI, the API, the
+    sweep's planning); :func:`prefixsim.replay.replay_params` runs it with the trace.
+    ``extra``: bytes the composition allocates beside the states (a cluster's pair map)."""
+    spec = _REGISTRY.get(params.policy)
+    if spec is None:  # a Params class of a policy not registered (yet)
+        return
+    needed = copies * spec.working_bytes(params, n_blocks, n_accesses) + extra
+    trace = f" and a trace of {n_blocks} distinct blocks" if n_blocks else ""
+    check_fits(
+        "capacity",
+        params.capacity,
+        needed,
+        f"{params.policy}'s state for {params.capacity} blocks{trace}"
+        + (f", {copies} times," if copies > 1 else ""),
+    )
 
 
 def policy_names() -> tuple[str, ...]:

@@ -214,6 +214,20 @@ def belady_admit(s, q, h, pred):
 # its demotions and the accesses that reach it) does not.
 STEPS = Steps(BeladyState, belady_state, belady_is_resident, belady_hit, belady_admit)
 
+
+def _state_bytes(p: BeladyParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`belady_state`: ``next_use`` (int64 per access; ``seen``, int64 per id, while it is
+    made), ``resident`` (bool per id), the ring of dead blocks (int64,
+    ``min(capacity, n_blocks) + 1``) and the heap (``min(2 * capacity + 2, n_accesses + 1)``
+    int64); the stream is the trace's own array."""
+    return (
+        8 * n_accesses
+        + 9 * n_blocks
+        + 8 * (min(p.capacity, n_blocks) + 1)
+        + 8 * min(2 * p.capacity + 2, n_accesses + 1)
+    )
+
+
 SPEC = register(
     PolicySpec(
         name="BELADY",
@@ -221,5 +235,6 @@ SPEC = register(
         reference=BeladyReference,
         steps=STEPS,
         offline=True,
+        state_bytes=_state_bytes,
     )
 )

@@ -156,6 +156,21 @@ def clock_admit(s, q, h, pred):
 # goes (that slot, or the ring's next in order) is a rule the classic CLOCK does not have.
 STEPS = Steps(CLOCKState, clock_state, clock_is_resident, clock_hit, clock_admit)
 
+
+def _state_bytes(p: CLOCKParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`clock_state` for one cache: ``slot_of`` per id (int32 while the slots' indices
+    fit), ``slots`` (int32 while the ids fit) and ``bit`` (uint8) per slot of the capacity."""
+    per_id = 4 if p.capacity < 2**31 - 1 else 8
+    per_slot = (4 if n_blocks < 2**31 else 8) + 1
+    return per_id * n_blocks + per_slot * p.capacity
+
+
 SPEC = register(
-    PolicySpec(name="CLOCK", params_type=CLOCKParams, reference=CLOCKReference, steps=STEPS)
+    PolicySpec(
+        name="CLOCK",
+        params_type=CLOCKParams,
+        reference=CLOCKReference,
+        steps=STEPS,
+        state_bytes=_state_bytes,
+    )
 )

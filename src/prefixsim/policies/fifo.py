@@ -23,6 +23,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from ..engine.lists import link_bytes
 from ..engine.steps import Space, Steps
 from .base import PolicyParams, PolicySpec, ReferencePolicy, register
 from .lru import lru_admit, lru_is_resident, lru_remove, lru_state
@@ -84,6 +85,18 @@ def fifo_hit(s, q, h, pred):
 
 STEPS = Steps(FIFOState, fifo_state, lru_is_resident, fifo_hit, lru_admit, remove=lru_remove)
 
+
+def _state_bytes(p: FIFOParams, n_blocks: int, n_accesses: int) -> int:
+    """LRU's state (:func:`~.lru.lru_state`): ``link`` per id, nothing per capacity slot."""
+    return link_bytes(n_blocks)
+
+
 SPEC = register(
-    PolicySpec(name="FIFO", params_type=FIFOParams, reference=FIFOReference, steps=STEPS)
+    PolicySpec(
+        name="FIFO",
+        params_type=FIFOParams,
+        reference=FIFOReference,
+        steps=STEPS,
+        state_bytes=_state_bytes,
+    )
 )

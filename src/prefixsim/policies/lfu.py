@@ -28,7 +28,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import link_array, pop_head, push, scalars, unlink
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, unlink
 from ..engine.steps import Space, Steps, counter_array
 from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register, zeroed_state
 
@@ -172,4 +172,20 @@ def lfu_remove(s, q, h):
 
 STEPS = Steps(LFUState, lfu_state, lfu_is_resident, lfu_hit, lfu_admit, remove=lfu_remove)
 
-SPEC = register(PolicySpec(name="LFU", params_type=LFUParams, reference=LFUReference, steps=STEPS))
+
+def _state_bytes(p: LFUParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`lfu_state`: ``link`` and ``counts`` (int32) per id, the count of every id while
+    it is made (int64, ``np.bincount``), and the buckets' ends (two int64 per count up to the
+    most accesses of an id, at most ``n_accesses``)."""
+    return link_bytes(n_blocks) + 12 * n_blocks + 16 * (n_accesses + 2)
+
+
+SPEC = register(
+    PolicySpec(
+        name="LFU",
+        params_type=LFUParams,
+        reference=LFUReference,
+        steps=STEPS,
+        state_bytes=_state_bytes,
+    )
+)

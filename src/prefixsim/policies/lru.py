@@ -228,6 +228,12 @@ def _kernel_args(p: LRUParams) -> tuple[int]:
     return (p.capacity,)
 
 
+def _state_bytes(p: LRUParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`_kernel_state` and the steps' :func:`lru_state`: ``link``, two int64 at most per
+    block; nothing per capacity slot."""
+    return 16 * n_blocks
+
+
 SPEC = register(
     PolicySpec(
         name="LRU",
@@ -237,5 +243,6 @@ SPEC = register(
         fast_kernel=lru_kernel,
         kernel_args=_kernel_args,
         kernel_state=_kernel_state,
+        state_bytes=_state_bytes,
     )
 )

@@ -1,8 +1,11 @@
 """LRU_LEAF: LRU over the radix tree of block chains, evicting leaves only.
 
-Variant: SGLang's radix cache, at block granularity: only a block with no resident child may be
-evicted, least recently used first, so a chain is cut from its tail and a shared prefix stays as
-long as any continuation of it is cached.
+Variant: a block-level, leaf-only LRU: only a block with no resident child may be evicted,
+least recently used first, so a chain is cut from its tail and a shared prefix stays as long as
+any continuation of it is cached. It is not SGLang's radix cache, which keeps recency per radix
+node (a run of blocks inserted together, refreshed as a whole, split by a match that ends inside
+it) and evicts whole leaf nodes: that is ``RADIX`` (:mod:`prefixsim.policies.radix`), which with
+split refresh, whole-node eviction and its spare page switched off is this policy (tested).
 
 The tree. A block gets its parent when it is admitted (on a miss): the block accessed just
 before it in the same request (``h_{i-1}``), or none for ``h_0``. The parent is kept while the
@@ -47,7 +50,17 @@ import numpy as np
 from numba import njit
 
 from ..engine import heaps
-from ..engine.lists import link_array, linked, pop_head, push, push_front, scalars, to_tail, unlink
+from ..engine.lists import (
+    link_array,
+    link_bytes,
+    linked,
+    pop_head,
+    push,
+    push_front,
+    scalars,
+    to_tail,
+    unlink,
+)
 from ..engine.steps import Space, Steps, counter_array
 from .base import (
     COMMON_COUNTERS,
@@ -319,6 +332,20 @@ STEPS = Steps(
     remove=lru_leaf_remove,
 )
 
+
+def _state_bytes(p: LRULeafParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`lru_leaf_state` for one cache: ``link`` and ``llink``, ``parent`` and ``children``
+    (int32) and ``last`` (int64) per id, and the heap of ``min(2 * capacity + 2, n_accesses +
+    1)`` int64."""
+    return 2 * link_bytes(n_blocks) + 16 * n_blocks + 8 * min(2 * p.capacity + 2, n_accesses + 1)
+
+
 SPEC = register(
-    PolicySpec(name="LRU_LEAF", params_type=LRULeafParams, reference=LRULeafReference, steps=STEPS)
+    PolicySpec(
+        name="LRU_LEAF",
+        params_type=LRULeafParams,
+        reference=LRULeafReference,
+        steps=STEPS,
+        state_bytes=_state_bytes,
+    )
 )

@@ -1,9 +1,16 @@
 """LRU_TAIL_FIRST: LRU in which a request's chain is evicted tail first.
 
-Variant: the recency order vLLM's block manager produces. While a request runs, its blocks are
-held (not evictable while any older block is left); when it finishes, they are returned to the
-LRU free queue in reverse, so after the request ``h_{n-1}`` is the least recent of its blocks
+Variant: the recency order vLLM v1's KV cache manager produces. While a request runs, its
+blocks are held (``BlockPool.touch`` takes a hit block out of the free queue); when it finishes,
+they are returned to the LRU free queue in reverse (``SingleTypeKVCacheManager.free``:
+``reversed(req_blocks)``), so after the request ``h_{n-1}`` is the least recent of its blocks
 and ``h_0`` the most recent, and the cache loses a chain from its tail, never from its head.
+The order is vLLM's; the hit rule is the specification's. Under vLLM's own rules
+(:mod:`prefixsim.semantics`, ``"vllm"``: full blocks only, the ``L - 1`` cap, the null block,
+the partial block freed to the front) it gives vLLM's hits request by request, checked against
+:mod:`prefixsim.oracles.vllm_v1`, as long as vLLM keeps no second copy of a block it recomputed
+(the last block of a fully cached prompt of whole blocks: vLLM caches the copy beside the
+original, a policy holds one block per hash).
 
 Exact rule. The cache is an LRU list of the blocks of earlier requests (``old``) followed, at
 the most recent end, by the blocks the current request has placed so far (``placed``, kept in
@@ -49,7 +56,16 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from ..engine.lists import after, insert_before, link_array, pop_head, push, scalars, unlink
+from ..engine.lists import (
+    after,
+    insert_before,
+    link_array,
+    link_bytes,
+    pop_head,
+    push,
+    scalars,
+    unlink,
+)
 from ..engine.steps import DEMOTED as DEMOTED_ID
 from ..engine.steps import Space, Steps, counter_array
 from .base import (
@@ -224,11 +240,18 @@ STEPS = Steps(
     begin=lru_tail_first_begin,
 )
 
+
+def _state_bytes(p: LRUTailFirstParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`lru_tail_first_state`: ``link`` and ``stamp`` (int64) per id."""
+    return link_bytes(n_blocks) + 8 * n_blocks
+
+
 SPEC = register(
     PolicySpec(
         name="LRU_TAIL_FIRST",
         params_type=LRUTailFirstParams,
         reference=LRUTailFirstReference,
         steps=STEPS,
+        state_bytes=_state_bytes,
     )
 )

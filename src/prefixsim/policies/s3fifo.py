@@ -45,7 +45,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from ..engine.lists import link_array, pop_head, push, scalars, unlink
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, unlink
 from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
 from .base import (
@@ -585,6 +585,14 @@ def _kernel_state(p: S3FIFOParams, n_blocks: int) -> tuple[np.ndarray, np.ndarra
     return st, ring
 
 
+def _state_bytes(p: S3FIFOParams, n_blocks: int, n_accesses: int) -> int:
+    """The larger of the fast kernel's :func:`_kernel_state` (``st``, int64 at most per block,
+    and the rings: int32 per slot of S, M and twice G) and the steps' :func:`s3fifo_state`
+    (``link`` and ``st`` per id, nothing per slot)."""
+    fast = 8 * n_blocks + 4 * (p.capacity + 2 * p.ghost_cap)
+    return max(fast, link_bytes(n_blocks) + 8 * n_blocks)
+
+
 SPEC = register(
     PolicySpec(
         name="S3FIFO",
@@ -594,5 +602,6 @@ SPEC = register(
         fast_kernel=s3fifo_kernel,
         kernel_args=_kernel_args,
         kernel_state=_kernel_state,
+        state_bytes=_state_bytes,
     )
 )

@@ -63,7 +63,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from ..engine.lists import pop_head
+from ..engine.lists import link_bytes, pop_head
 from ..engine.steps import Space, Steps, counter_array
 from .base import PolicySpec, ix, register, zeroed_state
 from .lru_leaf import ChainTree
@@ -238,11 +238,19 @@ STEPS = Steps(
     remove=s3fifo_leaf_remove,
 )
 
+
+def _state_bytes(p: S3FIFOLeafParams, n_blocks: int, n_accesses: int) -> int:
+    """S3FIFO's steps' state (``link``, ``st``: int64 at most, per id) and ``parent`` and
+    ``children`` (int32) per id; S, M and G are lists over the ids, nothing per slot."""
+    return link_bytes(n_blocks) + 16 * n_blocks
+
+
 SPEC = register(
     PolicySpec(
         name="S3FIFO_LEAF",
         params_type=S3FIFOLeafParams,
         reference=S3FIFOLeafReference,
         steps=STEPS,
+        state_bytes=_state_bytes,
     )
 )

@@ -42,7 +42,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import after, link_array, linked, push, scalars, unlink
+from ..engine.lists import after, link_array, link_bytes, linked, push, scalars, unlink
 from ..engine.steps import Space, Steps, counter_array
 from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
@@ -200,6 +200,18 @@ def sieve_remove(s, q, h):
 
 STEPS = Steps(SIEVEState, sieve_state, sieve_is_resident, sieve_hit, sieve_admit, sieve_remove)
 
+
+def _state_bytes(p: SIEVEParams, n_blocks: int, n_accesses: int) -> int:
+    """:func:`sieve_state`: ``link`` and ``visited`` (uint8) per id."""
+    return link_bytes(n_blocks) + n_blocks
+
+
 SPEC = register(
-    PolicySpec(name="SIEVE", params_type=SIEVEParams, reference=SIEVEReference, steps=STEPS)
+    PolicySpec(
+        name="SIEVE",
+        params_type=SIEVEParams,
+        reference=SIEVEReference,
+        steps=STEPS,
+        state_bytes=_state_bytes,
+    )
 )

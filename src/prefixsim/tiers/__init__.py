@@ -79,7 +79,7 @@ def replay_tiers(
     start = time.perf_counter()
     if engine == "kernel":
         hit_tokens, tier_hit_tokens, tcnt, final = tiers_driver.run(
-            [(get_policy(t.policy).steps, t.params) for t in checked],
+            [(get_policy(t.policy).compiled_steps(), t.params) for t in checked],
             mode == "exclusive",
             trace.block_ids,
             trace.offsets,

@@ -90,6 +90,15 @@ def check_tiers(tiers: Sequence[Tier | Mapping[str, Any]], mode: str) -> tuple[T
         if name in {t.name for t in out}:
             raise ParameterError(f"tiers[{i}].name", name, "tier names must be distinct")
         out.append(Tier(tier.params, name, tier.medium))
+    for i, tier in enumerate(out):
+        if get_policy(tier.policy).steps is None:
+            raise ParameterError(
+                f"tiers[{i}].policy",
+                tier.policy,
+                "has no compiled steps, so it cannot be a tier (its reference serves whole "
+                "requests, not the block-by-block admissions a hierarchy makes): "
+                "docs/policies.md, 'Refusals'",
+            )
     for i, tier in enumerate(out[1:], start=1):
         spec = get_policy(tier.policy)
         if mode == "exclusive" and not spec.removable:

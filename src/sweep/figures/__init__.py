@@ -19,11 +19,12 @@ per trace (and block size when the run has several), traces in the order they we
     capacity.
 ``small_ratio_tuning`` (:mod:`.small_ratio`)
     S3FIFO's hit rate against ``small_ratio``, one line per capacity (log x axis when the
-    ratios span more than 10x), beside a heatmap of its gain over LRU (percentage points,
-    diverging colours centred at 0, values in the cells of small grids).
+    ratios span more than 10x), each capacity's best starred, beside a heatmap of its gain
+    over LRU (percentage points, diverging colours centred at 0, the best cells framed,
+    values in the cells of small grids).
 ``max_freq_effect`` (:mod:`.params`)
     S3FIFO's hit rate minus its hit rate at the default ``max_freq`` (pp) against capacity;
-    a second panel for ``ghost_freq`` when it varies.
+    a second panel for ``ghost_freq`` when it varies; each title states the effects' range.
 ``occupancy`` (:mod:`.capacity`)
     final resident blocks as a share of the capacity, one line per policy.
 ``hit_ratio_cdf``, ``hit_rate_over_time`` (:mod:`.requests`)
@@ -42,37 +43,44 @@ per trace (and block size when the run has several), traces in the order they we
 
 The single-cache kinds draw ``RunData.results`` (hierarchy and cluster rows left out); the
 others read ``RunData.all_results`` and are passed over (``FigureKind.applies``) in a run
-without their kind of points.
+without their kind of points. Every kind draws with the run's ``RunData.palette`` (one look
+per policy, router and tier for the whole run); a kind's ``notes`` (:mod:`.findings`) are
+logged on the line that lists it.
 
 Adding a figure kind
 --------------------
 A figure kind is a function ``draw(data: RunData) -> Figure`` registered with a name::
 
     from sweep.figures import FigureKind, RunData, SkipFigure, register
-    from sweep.figures.style import Series, draw_series, figure_legend, layout, styled
+    from sweep.figures.style import (
+        Series, capacity_axis, draw_series, finish, layout, percent_axis, styled,
+    )
 
     @styled                                   # builds under style.mplstyle
     def my_figure(data: RunData) -> Figure:
         results = data.results                # data.traces, .points, .per_request, .requests
         if ...:
             raise SkipFigure("why it is not drawn")   # logged; the other figures go on
-        fig, axes = layout(n_panels)          # one column for one panel, both above
-        draw_series(axes, [Series(panel, key, label, x, y, policy_style(policy)), ...])
+        fig, axes = layout(n_panels, sharey=True)     # one column for one panel, both above
+        look = data.palette.policy(policy)    # the policy's colour, marker, line style
+        draw_series(axes, [Series(panel, key, label, x, y, look), ...])
         capacity_axis(axes[0], capacities, block_size)
-        figure_legend(fig, axes)              # above the panels; the figure grows to fit
-        return fig
+        percent_axis(axes[0], "Token hit rate (%)", highest)  # from 0
+        return finish(fig, axes)  # markers kept visible; one legend above the panels
 
     register(FigureKind("my_figure", my_figure, order=70))
 
 :func:`draw_figures` draws every registered kind (the module that registers it must be
-imported first). Shared helpers (:mod:`.style`): :func:`~.style.policy_style` (one colour,
-marker and line style per policy), :class:`~.style.Series` / :func:`~.style.draw_series`
-(identical series are announced ``LABEL (= OTHER)`` and ringed), :func:`~.style.capacity_axis`
-/ :func:`~.style.format_capacity` (``16Ki`` for binary grids, ``16K`` for decimal ones),
-:func:`~.style.figure_legend`, :func:`~.style.layout`; :mod:`.data`: :func:`~.data.panels`
-(one per trace, labelled by :func:`~.data.trace_label`), :func:`~.data.choices` (the
-parameters each policy is drawn with). Figures use matplotlib's object-oriented API (no pyplot,
-no global backend); :func:`draw_figures` is the only place that writes files.
+imported first). The style layer (:mod:`.style`, which gathers :mod:`.axes`, :mod:`.series`
+and :mod:`.legend`): :class:`~.style.Palette` (one look per policy, router and tier of a run),
+:class:`~.series.Series` / :func:`~.series.draw_series` (identical series are announced
+``LABEL (= OTHER)``), :func:`~.axes.capacity_axis` / :func:`~.axes.format_capacity` (``16Ki``
+for binary grids, ``16K`` for decimal ones), :func:`~.axes.percent_axis`,
+:func:`~.axes.draw_ceiling`, :func:`~.legend.layout`, :func:`~.legend.finish`; :mod:`.data`:
+:func:`~.data.panels` (one per trace and block size, titled by what differs),
+:func:`~.data.choices` (the parameters each policy is drawn with). Figures use matplotlib's
+object-oriented API (no pyplot, no global backend); :func:`draw_figures` is the only place
+that writes files.
 
 Drawing is skipped when nothing changed: ``OUT/.figures.json`` records a digest of the input
 files (their content; size and modification time past 64 MiB), the options and the figure code;
@@ -131,6 +139,8 @@ class FigureReport:
     """Names of the figures drawn."""
     unchanged: list[str] = field(default_factory=list)
     """Names of the figures not redrawn because their inputs did not change."""
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    """Figure name -> the facts of the run its reading depends on (:mod:`.findings`)."""
 
 
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
@@ -196,14 +206,17 @@ def _digest(run: Path, kinds: Sequence[FigureKind], formats: Sequence[str], poin
                 parts.append([name, hashlib.sha256(path.read_bytes()).hexdigest()])
             else:
                 parts.append([name, st.st_size, st.st_mtime_ns])
-    modules = {k.draw.__module__ for k in kinds} | {__name__, f"{__package__}.style"}
-    for module in sorted(modules):
-        source = getattr(sys.modules.get(module), "__file__", None)
-        if source is None:
-            continue
+    # the figure code: every file of this package (the style layer included, whichever of
+    # its modules this process imported) and the module of every kind registered elsewhere
+    sources = {str(p) for p in Path(__file__).parent.glob("*.py")}
+    for k in kinds:
+        source = getattr(sys.modules.get(k.draw.__module__), "__file__", None)
+        if source is not None:
+            sources.add(str(source))
+    for source in sorted(sources):
         with contextlib.suppress(OSError):
             st = Path(source).stat()
-            parts.append([module, st.st_size, st.st_mtime_ns])
+            parts.append([Path(source).name, st.st_size, st.st_mtime_ns])
     parts.append([k.name for k in kinds])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
@@ -258,6 +271,7 @@ def draw_figures(
     if stamp is not None:
         report.unchanged = list(stamp.get("drawn", []))
         report.skipped = dict(stamp.get("skipped", {}))
+        report.notes = dict(stamp.get("notes", {}))
         log.info("figures unchanged (same inputs as when drawn): %s", out)
         return report
     kinds = [k for k in kinds if k.applies is None or k.applies(data)]
@@ -279,11 +293,16 @@ def draw_figures(
         fig.clear()  # no pyplot: nothing else holds the figure
         report.written.extend(paths)
         report.drawn.append(kind.name)
-        log.info("drew %s: %s", kind.name, ", ".join(str(p) for p in paths))
+        notes = kind.notes(data) if kind.notes is not None else []
+        if notes:
+            report.notes[kind.name] = notes
+        said = "".join(f"; note: {n}" for n in notes)
+        log.info("drew %s: %s%s", kind.name, ", ".join(str(p) for p in paths), said)
     record = {
         "digest": digest,
         "drawn": report.drawn,
         "skipped": report.skipped,
+        "notes": report.notes,
         "files": [p.name for p in report.written],
     }
     with contextlib.suppress(OSError):

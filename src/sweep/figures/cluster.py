@@ -1,15 +1,18 @@
 """Figures of cluster points (issue 14), drawn from ``results.parquet`` rows only.
 
-Self-contained: each ``fig_*`` function takes the results DataFrame and returns a matplotlib
-:class:`~matplotlib.figure.Figure` (object-oriented API, no pyplot) or raises
-:class:`SkipFigure` with the reason; :func:`draw_cluster_figures` writes them all into a folder.
-Rows without ``instances`` (single-cache points) are ignored. One panel per trace and policy;
-the per-instance ``capacity`` drawn is the one given, else the smallest of the cluster points.
+Each ``fig_*`` function takes the results DataFrame (and optionally ``traces.parquet`` and the
+run's :class:`~.style.Palette`) and returns a :class:`~matplotlib.figure.Figure` or raises
+:class:`SkipFigure` with the reason. Rows without ``instances`` (single-cache points) are
+ignored. One panel per trace, block size and policy, titled by what differs between them, on
+one y scale; the per-instance ``capacity`` drawn is the one given, else the smallest of the
+cluster points, named on the x axis. One colour and marker per router (the run's palette); a
+router run with several parameter values gets another marker and line style per value.
 
 ``cluster_hit_rate``
-    token hit rate against the number of instances, one line per router; dashed, a single cache
-    holding the cluster's whole memory (the one-instance points at ``instances * capacity``,
-    when the run has them); a second row of panels with each router's share of it.
+    token hit rate (%) against the number of instances, one line per router, with the
+    infinite-cache ceiling; dashed black, a single cache holding the cluster's whole memory
+    (the one-instance points at ``instances * capacity``, when the run has them); a second row
+    of panels with each router's share of it (%).
 ``cluster_ttft``
     p50 (solid) and p99 (dashed) estimated TTFT against the number of instances, one colour per
     router (log axis). Skipped without the load model's columns.
@@ -23,26 +26,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import matplotlib as mpl
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-from .data import SkipFigure
+from .axes import (
+    draw_ceiling,
+    format_capacity,
+    instances_axis,
+    is_binary,
+    log_axis_plain,
+    percent_axis,
+)
+from .capacity import ceiling_of, top
+from .data import SkipFigure, titles_by_difference, trace_labels
+from .legend import finish, layout
 from .registry import FigureKind, register
+from .series import PART_PREFIX, Series, draw_series
+from .style import MARKERS, Palette, styled
 
 ROUTER_PARAMS = ("overlap_weight", "seed", "vnodes", "key_blocks")
-_TAB10 = [mpl.colormaps["tab10"](i) for i in range(10)]
-ROUTER_STYLES: dict[str, tuple[Any, str]] = {
-    # fixed so that a router keeps its colour and marker in every figure of every run
-    "round_robin": (_TAB10[0], "o"),
-    "random": (_TAB10[1], "s"),
-    "session": (_TAB10[2], "^"),
-    "least_loaded": (_TAB10[3], "v"),
-    "kv_aware": (_TAB10[4], "D"),
-}
-PANEL_W, PANEL_H = 2.4, 1.9
+ROUTER_ORDER = ("round_robin", "random", "session", "least_loaded", "kv_aware")
+SINGLE_LABEL = "one cache of all memory"
+VARIANT_LINESTYLES = ("-", ":", "-.", (0, (5, 1)))
 
 
 def cluster_rows(results: pd.DataFrame) -> pd.DataFrame:
@@ -67,68 +74,55 @@ def router_label(row: pd.Series, varying: Sequence[str]) -> str:
     return " ".join([str(row["router"]), *params])
 
 
+def _router_rank(label: str) -> tuple[int, str]:
+    router = label.split()[0]
+    return (ROUTER_ORDER.index(router) if router in ROUTER_ORDER else len(ROUTER_ORDER), label)
+
+
 def _lines(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Router label -> its rows sorted by instances (one line each)."""
     present = [k for k in ROUTER_PARAMS if k in rows.columns]
     varying = [k for k in present if rows[k].dropna().nunique() > 1]
     labels = rows.apply(lambda r: router_label(r, varying), axis=1)
     out: dict[str, pd.DataFrame] = {}
-    for label in sorted(set(labels), key=lambda s: (list(ROUTER_STYLES).index(s.split()[0]), s)):
+    for label in sorted(set(labels), key=_router_rank):
         out[label] = rows[labels == label].sort_values("instances")
     return out
 
 
-_VARIANTS: tuple[dict[str, Any], ...] = (
-    {},
-    {"ls": ":", "mfc": "none"},
-    {"ls": "-.", "mfc": "white"},
-    {"ls": (0, (5, 1))},
-)
-
-
-def _style(label: str, labels: Sequence[str]) -> dict[str, Any]:
-    """The router's colour and marker; variants of one router (several parameter values)
-    differ by line style and marker fill, in label order."""
+def _style(label: str, labels: Sequence[str], palette: Palette) -> dict[str, Any]:
+    """The router's look (``palette``); the second, third... variant of one router (several
+    parameter values) gets the next free marker and line style, in label order."""
     router = label.split()[0]
-    colour, marker = ROUTER_STYLES.get(router, (_TAB10[(5 + len(router)) % 10], "x"))
-    same = [x for x in labels if x.split()[0] == router]
-    return {"color": colour, "marker": marker, **_VARIANTS[same.index(label) % len(_VARIANTS)]}
+    look = palette.router(router)
+    same = sorted((x for x in labels if x.split()[0] == router), key=_router_rank)
+    k = same.index(label)
+    if k:
+        others = [m for m in MARKERS if m != look["marker"]]
+        look.update(marker=others[(k - 1) % len(others)])
+        look.update(linestyle=VARIANT_LINESTYLES[k % len(VARIANT_LINESTYLES)])
+    return look
 
 
 def _panels(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    keys = ["trace", "policy"]
+    """(title, rows) per trace, block size and policy; titles say what differs between the
+    panels (a single panel: its trace and policy)."""
+    keys = ["trace", "block_size", "policy"]
     groups = sorted(rows.groupby(keys, sort=True), key=lambda g: g[0])
-    many = len(groups) > 1
-    return [(f"{t} · {p}" if many else str(p), g) for (t, p), g in groups]
+    labels = trace_labels([str(t) for (t, _, _), _ in groups])
+    fields = [
+        {"trace": labels[str(t)], "block_size": f"block_size={int(b)}", "policy": str(p)}
+        for (t, b, p), _ in groups
+    ]
+    if len(fields) == 1:
+        titles = [f"{fields[0]['trace']}: {fields[0]['policy']}"]
+    else:
+        titles = titles_by_difference(fields)
+    return [(t, g) for t, (_, g) in zip(titles, groups, strict=True)]
 
 
-def _title(panel: str, capacity: int) -> str:
-    return f"{panel}, {capacity:,} blocks each"
-
-
-def _instances_axis(ax: Axes, rows: pd.DataFrame) -> None:
-    ticks = sorted(int(x) for x in rows["instances"].unique())
-    if len(ticks) > 1 and min(ticks) >= 1:
-        ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.minorticks_off()
-    ax.set_xlabel("instances")
-
-
-def _figure(ncols: int, nrows: int = 1) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(PANEL_W * ncols, PANEL_H * nrows + 0.4), layout="constrained")
-    axes = np.array(fig.subplots(nrows, ncols, squeeze=False))
-    return fig, axes
-
-
-def _legend(fig: Figure, axes: np.ndarray) -> None:
-    handles, labels = [], []
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=7)
+def _x_label(capacity: int) -> str:
+    return f"Instances ({format_capacity(capacity, is_binary([capacity]))} blocks each)"
 
 
 def _single_cache(results: pd.DataFrame, panel: pd.DataFrame, capacity: int) -> pd.Series:
@@ -149,34 +143,71 @@ def _single_cache(results: pd.DataFrame, panel: pd.DataFrame, capacity: int) -> 
     return pd.Series(out, dtype=float)
 
 
-def fig_cluster_hit_rate(results: pd.DataFrame, capacity: int | None = None) -> Figure:
+def _router_series(
+    col: int, group: pd.DataFrame, column: str, scale: float, palette: Palette
+) -> list[Series]:
+    lines = _lines(group)
+    return [
+        Series(
+            col,
+            label,
+            label,
+            line["instances"].to_numpy(dtype=float),
+            line[column].to_numpy(dtype=float) * scale,
+            _style(label, list(lines), palette),
+        )
+        for label, line in lines.items()
+    ]
+
+
+@styled
+def fig_cluster_hit_rate(
+    results: pd.DataFrame,
+    capacity: int | None = None,
+    traces: pd.DataFrame | None = None,
+    palette: Palette | None = None,
+) -> Figure:
     capacity, at = _at_capacity(results, capacity)
     if at["instances"].nunique() < 2:
         raise SkipFigure("only one number of instances in the run")
+    palette = palette or Palette.of(results)
     panels = _panels(at)
     singles = [_single_cache(results, g, capacity) for _, g in panels]
     with_share = any(len(s) > 1 for s in singles)
-    fig, axes = _figure(len(panels), 2 if with_share else 1)
-    for col, ((title, group), single) in enumerate(zip(panels, singles, strict=True)):
-        ax = axes[0, col]
-        lines = _lines(group)
-        for label, line in lines.items():
-            style = _style(label, list(lines))
-            ax.plot(line["instances"], line["overall_hit_rate"], label=label, **style)
-            if with_share and len(single) > 1:
-                share = line.set_index("instances")["overall_hit_rate"] / single
-                axes[1, col].plot(share.index, share.values, **style)
+    n = len(panels)
+    fig, axes = layout(n * (2 if with_share else 1), ncols=n, sharey="row")
+    series: list[Series] = []
+    shares: list[Series] = []
+    ceilings: list[float | None] = []
+    for col, ((_, group), single) in enumerate(zip(panels, singles, strict=True)):
+        mine = _router_series(col, group, "overall_hit_rate", 100.0, palette)
+        series += mine
         if len(single) > 1:
-            ax.plot(single.index, single.values, "k--", lw=0.8, label="one cache of all memory")
-        ax.set_title(_title(title, capacity), fontsize=7)
-        ax.set_ylabel("token hit rate")
-        _instances_axis(ax, group)
+            reference = {"color": "black", "linestyle": "--", "linewidth": 0.8, "marker": None}
+            x = single.index.to_numpy(dtype=float)
+            y = single.to_numpy(dtype=float) * 100
+            series.append(Series(col, SINGLE_LABEL, SINGLE_LABEL, x, y, reference))
+            for s in mine:
+                by_n = pd.Series(s.y / 100, index=s.x)
+                share = (by_n / single.reindex(by_n.index.astype(int)).to_numpy()).dropna()
+                x, y = share.index.to_numpy(dtype=float), share.to_numpy(dtype=float) * 100
+                shares.append(Series(n + col, s.key, s.label, x, y, s.style))
+        sha = str(group["trace_sha256"].iloc[0]) if "trace_sha256" in group.columns else ""
+        c = ceiling_of(traces, sha, int(group["block_size"].iloc[0]))
+        ceilings.append(None if c is None else c * 100)
+    draw_series(axes, series + shares)
+    for col, (title, group) in enumerate(panels):
+        ax = axes[col]
+        draw_ceiling(ax, ceilings[col])
+        ax.set_title(title)
+        instances_axis(ax, group["instances"].tolist(), _x_label(capacity))
+        percent_axis(ax, "Token hit rate (%)", top(series, *ceilings))
         if with_share:
-            axes[1, col].set_ylabel("share of one cache")
-            axes[1, col].axhline(1.0, color="k", lw=0.5)
-            _instances_axis(axes[1, col], group)
-    _legend(fig, axes)
-    return fig
+            share_ax = axes[n + col]
+            share_ax.axhline(100.0, color="0.3", lw=0.5, zorder=1)
+            instances_axis(share_ax, group["instances"].tolist(), _x_label(capacity))
+            percent_axis(share_ax, "Share of one cache's hit rate (%)", max(100.0, top(shares)))
+    return finish(fig, axes)
 
 
 def _at_capacity(
@@ -200,52 +231,72 @@ def _needs_load(rows: pd.DataFrame, column: str) -> pd.DataFrame:
     return rows[rows[column].notna()]
 
 
-def fig_cluster_ttft(results: pd.DataFrame, capacity: int | None = None) -> Figure:
+@styled
+def fig_cluster_ttft(
+    results: pd.DataFrame,
+    capacity: int | None = None,
+    traces: pd.DataFrame | None = None,
+    palette: Palette | None = None,
+) -> Figure:
     capacity, at = _at_capacity(results, capacity, needs="est_ttft_p50_seconds")
+    palette = palette or Palette.of(results)
     panels = _panels(at)
-    fig, axes = _figure(len(panels))
+    fig, axes = layout(len(panels), sharey=True)
+    series: list[Series] = []
+    for col, (_, group) in enumerate(panels):
+        for s in _router_series(col, group, "est_ttft_p50_seconds", 1.0, palette):
+            s.style["linestyle"] = "-"  # p50 solid, p99 dashed
+            series.append(s)
+    drawn = draw_series(axes, series)
     for col, (title, group) in enumerate(panels):
-        ax = axes[0, col]
-        lines = _lines(group)
-        for label, line in lines.items():
-            style = {**_style(label, list(lines)), "ls": "-"}  # p50 solid, p99 dashed
-            ax.plot(line["instances"], line["est_ttft_p50_seconds"], label=label, **style)
-            style.update(ls="--", mfc="none")
-            ax.plot(line["instances"], line["est_ttft_p99_seconds"], **style)
-        ax.set_yscale("log")
-        ax.set_title(_title(title, capacity), fontsize=7)
+        ax = axes[col]
+        for s in (s for s in series if s.panel == col):
+            line = _lines(group)[s.key]
+            style = {**s.style, "linestyle": "--", "markerfacecolor": "none"}
+            p99 = line["est_ttft_p99_seconds"].to_numpy(dtype=float)
+            ax.plot(s.x, p99, label=f"{PART_PREFIX}{drawn[s.key]}", **style)
+        log_axis_plain(ax)
+        ax.set_title(title)
         ax.set_ylabel("est. TTFT (s)")
-        _instances_axis(ax, group)
-    # The line styles once, in the legend: p50 solid, p99 dashed.
-    axes[0, 0].plot([], [], color="0.4", label="p50")
-    axes[0, 0].plot([], [], color="0.4", ls="--", label="p99")
-    _legend(fig, axes)
-    return fig
+        instances_axis(ax, group["instances"].tolist(), _x_label(capacity))
+    keys = [
+        (Line2D([], [], color="0.35"), "p50"),
+        (Line2D([], [], color="0.35", linestyle="--"), "p99"),
+    ]
+    return finish(fig, axes, extra=keys)
 
 
-def fig_cluster_load_imbalance(results: pd.DataFrame, capacity: int | None = None) -> Figure:
+@styled
+def fig_cluster_load_imbalance(
+    results: pd.DataFrame,
+    capacity: int | None = None,
+    traces: pd.DataFrame | None = None,
+    palette: Palette | None = None,
+) -> Figure:
     capacity, at = _at_capacity(results, capacity, needs="load_imbalance")
+    palette = palette or Palette.of(results)
     panels = _panels(at)
-    fig, axes = _figure(len(panels))
+    fig, axes = layout(len(panels), sharey=True)
+    series: list[Series] = []
+    for col, (_, group) in enumerate(panels):
+        series += _router_series(col, group, "load_imbalance", 1.0, palette)
+    draw_series(axes, series)
+    lowest = min((float(np.nanmin(s.y)) for s in series if len(s.y)), default=1.0)
     for col, (title, group) in enumerate(panels):
-        ax = axes[0, col]
-        lines = _lines(group)
-        for label, line in lines.items():
-            style = _style(label, list(lines))
-            ax.plot(line["instances"], line["load_imbalance"], label=label, **style)
-        ax.axhline(1.0, color="k", lw=0.5)
-        ax.set_title(_title(title, capacity), fontsize=7)
-        ax.set_ylabel("busy time max / mean")
-        _instances_axis(ax, group)
-    _legend(fig, axes)
-    return fig
+        ax = axes[col]
+        ax.axhline(1.0, color="0.3", lw=0.5, zorder=1)
+        ax.set_title(title)
+        ax.set_ylabel("Load imbalance (max / mean busy)")
+        ax.set_ylim(bottom=min(0.95, 0.95 * lowest))
+        instances_axis(ax, group["instances"].tolist(), _x_label(capacity))
+    return finish(fig, axes)
 
 
-def _kind(name: str, draw: Callable[[pd.DataFrame], Figure], order: int) -> FigureKind:
+def _kind(name: str, draw: Callable[..., Figure], order: int) -> FigureKind:
     """A cluster figure kind: it reads every row (cluster points are not single caches)."""
     return FigureKind(
         name,
-        lambda data: draw(data.all_results),
+        lambda data: draw(data.all_results, None, data.traces, data.palette),
         order,
         single_cache=False,
         applies=lambda data: not cluster_rows(data.all_results).empty,

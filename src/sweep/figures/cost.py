@@ -1,31 +1,40 @@
 """Figures of the cost model: hit rate and prefill work saved against the cache size in bytes.
 
-Self-contained (matplotlib's object API, no pyplot): each ``fig_*`` function takes the run's
-``results.parquet`` as a DataFrame (and optionally ``traces.parquet``) and returns a
+Each ``fig_*`` function takes the run's ``results.parquet`` as a DataFrame (and optionally
+``traces.parquet`` and the run's :class:`~.style.Palette`) and returns a
 :class:`~matplotlib.figure.Figure`, or raises :class:`SkipCostFigure` with the reason when the
-run has no model (its cost columns are null) or a single cache size. :func:`draw_cost_figures`
-draws them all into a folder. Sizes go on a log2 axis labelled in binary units (``64 GiB``,
-``1 TiB``) from ``cache_bytes``; every estimated quantity is labelled ``est.`` with the hardware
-and cache tier it assumes (docs/cost-model.md).
+run has no model (its cost columns are null) or a single cache size. Sizes go on a log axis
+labelled in binary units (``64GiB``, ``1TiB``) from ``cache_bytes``; every estimated quantity
+is labelled ``est.`` with the hardware and cache tier it assumes (docs/cost-model.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from prefixsim.units import format_size
 
-from .data import SkipFigure
+from . import findings
+from .axes import bytes_axis, draw_ceiling, percent_axis
+from .capacity import ceiling_of, drawn, top
+from .data import (
+    RunData,
+    SkipFigure,
+    choices,
+    hitless,
+    hitless_reason,
+    select,
+    titles_by_difference,
+)
+from .legend import finish, layout
 from .registry import FigureKind, register
+from .series import Series, draw_series
+from .style import Palette, styled
 
-PANEL_WIDTH_IN = 3.4
-PANEL_HEIGHT_IN = 2.6
 PANEL_KEYS = ("trace", "model", "kv_dtype", "block_size")
 """One panel per trace, model, KV dtype and block size (a figure per hit-rate question)."""
 
@@ -47,131 +56,152 @@ def cost_rows(results: pd.DataFrame) -> pd.DataFrame:
         raise SkipCostFigure("no model in the run (model=NAME adds the cost columns)")
     if rows["cache_bytes"].nunique() < 2:
         raise SkipCostFigure("one cache size in the run")
-    rows = rows.copy()
+    empty = hitless(rows)
+    keep = [
+        (str(s), int(b)) not in empty
+        for s, b in zip(rows["trace_sha256"], rows["block_size"], strict=True)
+    ]
+    if not any(keep):
+        raise SkipCostFigure(hitless_reason(rows, empty))
+    rows = rows[keep].copy()
     rows["cache_bytes"] = rows["cache_bytes"].astype("int64")
     return rows.sort_values("cache_bytes")
 
 
-def _panels(rows: pd.DataFrame) -> list[tuple[dict[str, Any], pd.DataFrame]]:
-    return [
-        (dict(zip(PANEL_KEYS, key, strict=True)), group)
-        for key, group in rows.groupby(list(PANEL_KEYS), sort=True)
-    ]
+def _panels(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(title, rows) of each trace, model, KV dtype and block size; titles say what differs,
+    a single panel all of it."""
+    groups = list(rows.groupby(list(PANEL_KEYS), sort=True))
+    fields = []
+    for key, group in groups:
+        panel = dict(zip(PANEL_KEYS, key, strict=True))
+        per_block = format_size(int(group["kv_bytes_per_block"].iloc[0]))
+        fields.append(
+            {
+                "trace": str(panel["trace"]),
+                "model": str(panel["model"]),
+                "kv": f"{panel['kv_dtype']} KV",
+                "block_size": f"{panel['block_size']}-token blocks of {per_block}",
+            }
+        )
+    if len(fields) == 1:
+        f = fields[0]
+        titles = [f"{f['trace']}: {f['model']}\n{f['kv']}, {f['block_size']}"]
+    else:
+        titles = titles_by_difference(fields)
+    return [(t, g) for t, (_, g) in zip(titles, groups, strict=True)]
 
 
-def _figure(n_panels: int, n_cols: int = 1) -> tuple[Figure, list[Axes]]:
-    fig = Figure(
-        figsize=(PANEL_WIDTH_IN * n_cols, PANEL_HEIGHT_IN * n_panels + 0.3),
-        layout="constrained",
-    )
-    axes = fig.subplots(n_panels, n_cols, squeeze=False)
-    return fig, [ax for row in axes for ax in row]
+def _policy_series(
+    panel: int, rows: pd.DataFrame, y: pd.Series, palette: Palette, all_rows: pd.DataFrame
+) -> list[Series]:
+    """One series per policy of ``rows`` (with the parameters :func:`choices` draws it with):
+    ``y`` (aligned with ``rows``) against ``cache_bytes``."""
+    out = []
+    for policy, choice in choices(all_rows).items():
+        sub = select(rows, policy, choice)
+        if sub.empty:
+            continue
+        sub = sub.sort_values("cache_bytes")
+        out.append(
+            Series(
+                panel,
+                policy,
+                choice.label,
+                sub["cache_bytes"].to_numpy(dtype=float),
+                y.loc[sub.index].to_numpy(dtype=float),
+                palette.policy(policy),
+            )
+        )
+    return out
 
 
-def bytes_axis(ax: Axes, sizes: Sequence[int]) -> None:
-    """Log2 x axis of cache sizes in bytes, ticks at the sizes of the run, in GiB/TiB."""
-    ax.set_xscale("log", base=2)
-    ticks = sorted({int(s) for s in sizes})
-    ax.xaxis.set_major_locator(FixedLocator([float(t) for t in ticks]))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(round(v))))
-    ax.set_xlabel("Cache size (1 GiB = 2$^{30}$ bytes)")
-    if len(ticks) > 5:
-        for label in ax.get_xticklabels():
-            label.set_rotation(30)
-
-
-def _title(panel: dict[str, Any], rows: pd.DataFrame) -> str:
-    per_block = int(rows["kv_bytes_per_block"].iloc[0])
-    return (
-        f"{panel['trace']}: {panel['model']}\n{panel['kv_dtype']} KV, "
-        f"{panel['block_size']}-token blocks of {format_size(per_block)}"
-    )
-
-
-def _policy_lines(ax: Axes, rows: pd.DataFrame, y: pd.Series) -> None:
-    for policy, group in rows.groupby("policy", sort=True):
-        ax.plot(group["cache_bytes"], y.loc[group.index], marker="o", ms=3, label=str(policy))
-
-
-def fig_hit_rate_vs_cache_size(results: pd.DataFrame, traces: pd.DataFrame | None = None) -> Figure:
-    """Token hit rate against the cache size in bytes, one line per policy, with the
+@styled
+def fig_hit_rate_vs_cache_size(
+    results: pd.DataFrame, traces: pd.DataFrame | None = None, palette: Palette | None = None
+) -> Figure:
+    """Token hit rate (%) against the cache size in bytes, one line per policy, with the
     infinite-cache ceiling of ``traces`` (traces.parquet) when given."""
     rows = cost_rows(results)
+    palette = palette or Palette.of(results)
     panels = _panels(rows)
-    fig, axes = _figure(len(panels))
-    for ax, (panel, group) in zip(axes, panels, strict=True):
-        _policy_lines(ax, group, group["overall_hit_rate"])
-        if traces is not None and not traces.empty:
-            ceil = traces[
-                (traces["trace"] == panel["trace"]) & (traces["block_size"] == panel["block_size"])
-            ]
-            if not ceil.empty:
-                ax.axhline(
-                    float(ceil["ceiling_hit_rate"].iloc[0]),
-                    color="0.4",
-                    ls="--",
-                    lw=0.8,
-                    label="infinite cache",
-                )
+    fig, axes = layout(len(panels), sharey=True)
+    series: list[Series] = []
+    for i, (_, group) in enumerate(panels):
+        series += _policy_series(i, group, group["overall_hit_rate"] * 100, palette, rows)
+    draw_series(axes, series)
+    ceilings = []
+    for ax, (title, group) in zip(axes, panels, strict=True):
+        c = ceiling_of(traces, str(group["trace_sha256"].iloc[0]), int(group["block_size"].iloc[0]))
+        ceilings.append(None if c is None else c * 100)
+        draw_ceiling(ax, ceilings[-1])
         bytes_axis(ax, group["cache_bytes"].tolist())
-        ax.set_ylabel("Token hit rate")
-        ax.set_title(_title(panel, group), fontsize=8)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return fig
+        ax.set_title(title)
+    for ax in axes:
+        percent_axis(ax, "Token hit rate (%)", top(series, *ceilings))
+    return finish(fig, axes)
 
 
+def _est_title(rows: pd.DataFrame) -> str:
+    hw = ", ".join(sorted(set(rows["hardware"].astype(str))))
+    tier = ", ".join(sorted(set(rows["cache_tier"].astype(str))))
+    return f"est. (a model): {hw},\ncached blocks in {tier}"
+
+
+@styled
 def fig_prefill_saved_vs_cache_size(
-    results: pd.DataFrame, traces: pd.DataFrame | None = None
+    results: pd.DataFrame, traces: pd.DataFrame | None = None, palette: Palette | None = None
 ) -> Figure:
     """Prefill work saved against the cache size in bytes: FLOPs saved (exact, share of the
     no-cache FLOPs) and, with hardware, the est. prefill time saved (share of the est. no-cache
     prefill time, transfer of the reused blocks included). ``traces`` is not used (the
     signature of every figure)."""
     rows = cost_rows(results)
+    palette = palette or Palette.of(results)
     has_est = bool(rows["est_ttft_saved_seconds"].notna().any())
     panels = _panels(rows)
-    fig, axes = _figure(len(panels), 2 if has_est else 1)
     n_cols = 2 if has_est else 1
-    for i, (panel, group) in enumerate(panels):
+    fig, axes = layout(len(panels) * n_cols, ncols=n_cols)
+    series: list[Series] = []
+    est_axes = []
+    for i, (title, group) in enumerate(panels):
         ax = axes[i * n_cols]
         flops = 100.0 * group["prefill_flops_saved"] / group["prefill_flops"]
-        _policy_lines(ax, group, flops)
+        series += _policy_series(i * n_cols, group, flops, palette, rows)
         bytes_axis(ax, group["cache_bytes"].tolist())
-        ax.set_ylabel("Prefill FLOPs saved (%)")
-        ax.set_title(_title(panel, group), fontsize=8)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.set_title(title)
         if has_est:
-            ax = axes[i * n_cols + 1]
             est = group[group["est_ttft_saved_seconds"].notna()]
             share = 100.0 * est["est_ttft_saved_seconds"] / est["est_prefill_seconds_no_cache"]
-            _policy_lines(ax, est, share)
+            series += _policy_series(i * n_cols + 1, est, share, palette, rows)
+            ax = axes[i * n_cols + 1]
             bytes_axis(ax, est["cache_bytes"].tolist())
             ax.axhline(0.0, color="0.4", lw=0.6)
-            ax.set_ylabel("est. prefill time saved (%)")
-            hw = ", ".join(sorted(set(est["hardware"].astype(str))))
-            tier = ", ".join(sorted(set(est["cache_tier"].astype(str))))
-            ax.set_title(f"est. (a model): {hw},\ncached blocks in {tier}", fontsize=8)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    return fig
+            ax.set_title(_est_title(est))
+            est_axes.append(ax)
+    draw_series(axes, series)
+    for n, ax in enumerate(axes):
+        mine = [s for s in series if s.panel == n]
+        low = min((float(np.nanmin(s.y)) for s in mine if len(s.y)), default=0.0)
+        label = "est. prefill time saved (%)" if ax in est_axes else "Prefill FLOPs saved (%)"
+        percent_axis(ax, label, top(mine), bottom=min(0.0, low))
+    return finish(fig, axes)
 
 
-register(
-    FigureKind(
-        "hit_rate_vs_cache_size",
-        lambda data: fig_hit_rate_vs_cache_size(data.results, data.traces),
-        order=80,
+def _kind(name: str, draw: Any, order: int, notes: Any = None) -> FigureKind:
+    return FigureKind(
+        name,
+        lambda data: draw(data.results, data.traces, data.palette),
+        order=order,
         applies=lambda data: _has_model(data.results),
+        notes=notes,
     )
-)
-register(
-    FigureKind(
-        "prefill_saved_vs_cache_size",
-        lambda data: fig_prefill_saved_vs_cache_size(data.results, data.traces),
-        order=81,
-        applies=lambda data: _has_model(data.results),
-    )
-)
+
+
+def _notes(data: RunData) -> list[str]:
+    d = drawn(data, "cache_bytes")
+    return findings.identical(d) + findings.falls_below(d)
+
+
+register(_kind("hit_rate_vs_cache_size", fig_hit_rate_vs_cache_size, 80, _notes))
+register(_kind("prefill_saved_vs_cache_size", fig_prefill_saved_vs_cache_size, 81, _notes))

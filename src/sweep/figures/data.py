@@ -28,7 +28,7 @@ import pandas as pd
 from prefixsim.errors import PrefixSimError
 
 from ..config import POLICY_PARAM_KEYS
-from .style import policy_order
+from .style import Palette, policy_order
 
 log = logging.getLogger("sweep.plot")
 
@@ -55,13 +55,28 @@ class PlotError(PrefixSimError):
     """A run directory or an option the figures cannot be drawn from (one line for the user)."""
 
 
+CLUSTER_COLUMNS = frozenset(
+    ("instances", "router", "overlap_weight", "seed", "vnodes", "key_blocks", "load_model",
+     "load_hardware", "load_cache_tier", "decode_seconds_per_token", "est_ttft_p50_seconds",
+     "est_ttft_p99_seconds", "est_queueing_delay_mean_seconds", "busy_seconds_max",
+     "busy_seconds_mean", "load_imbalance")
+)  # fmt: skip
+"""Columns of cluster points only (null in a single cache's row)."""
+
+
 def single_cache_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The rows of single caches: not a hierarchy (``policy`` ``TIERS``, the tiers group) and
-    not a cluster (``instances`` set). Results written before those existed are all single."""
+    not a cluster (``instances`` set). Results written before those existed are all single.
+    The hierarchies' and clusters' own columns are left out (null in these rows; a third of
+    the table's width, which every selection of rows would copy)."""
     keep = results["policy"] != "TIERS"
     if "instances" in results.columns:
         keep &= results["instances"].isna()
-    return results if bool(keep.all()) else results[keep]
+    rows = results if bool(keep.all()) else results[keep]
+    columns = [
+        c for c in rows.columns if not (c in CLUSTER_COLUMNS or c == "mode" or c.startswith("tier"))
+    ]
+    return rows if len(columns) == len(rows.columns) else rows[columns]
 
 
 class SkipFigure(Exception):
@@ -98,6 +113,21 @@ def trace_label(trace: str) -> str:
     return name or str(trace)
 
 
+def trace_labels(traces: Sequence[str]) -> dict[str, str]:
+    """Each trace (as typed) by :func:`trace_label`; traces whose labels collide are named by
+    as many of their last path components as tell them apart (``x/a``, ``y/a``)."""
+    distinct = list(dict.fromkeys(str(t) for t in traces))
+    out = {t: trace_label(t) for t in distinct}
+    for depth in range(2, 8):
+        clash = [t for t in distinct if list(out.values()).count(out[t]) > 1]
+        if not clash:
+            break
+        for t in clash:
+            parts = Path(t).parts
+            out[t] = "/".join([*parts[-depth:-1], trace_label(t)]) if len(parts) > 1 else t
+    return out
+
+
 @dataclass(frozen=True)
 class Panel:
     """The rows of one trace (and block size)."""
@@ -106,39 +136,92 @@ class Panel:
     block_size: int
     title: str
     rows: pd.DataFrame
+    trace: str = ""
 
 
 def param_keys(df: pd.DataFrame) -> list[str]:
     return [k for k in POLICY_PARAM_KEYS if k in df.columns]
 
 
+def titles_by_difference(fields: Sequence[dict[str, str]]) -> list[str]:
+    """Panel titles from each panel's fields (name -> text, in order): the fields whose text
+    differs between the panels, joined by ``", "``; a single panel gets all its fields."""
+    if len(fields) <= 1:
+        return [", ".join(v for v in f.values() if v) for f in fields]
+    names = list(dict.fromkeys(k for f in fields for k in f))
+    varying = [k for k in names if len({f.get(k, "") for f in fields}) > 1]
+    return [", ".join(f[k] for k in varying if f.get(k)) for f in fields]
+
+
+def hitless(df: pd.DataFrame) -> dict[tuple[str, int], str]:
+    """``(trace_sha256, block_size) -> why`` for each trace and block size of ``df`` at which
+    no point has a hit: no request has a full block (``block_accesses`` all 0), or no block
+    is requested twice within reach of any cache of the run. Such a panel would be empty."""
+    keys = ["trace_sha256", "block_size"]
+    columns = [c for c in ("total_hit_tokens", "block_accesses") if c in df.columns]
+    most = df[keys + columns].fillna(0).groupby(keys, sort=False).max()
+    empty = most[most["total_hit_tokens"] <= 0]
+    out = {}
+    for (sha, bs), row in empty.iterrows():
+        full_block = "block_accesses" in row and row["block_accesses"] > 0
+        why = "no point has a hit" if full_block else "no request has a full block"
+        out[(str(sha), int(bs))] = why
+    return out
+
+
+def hitless_reason(df: pd.DataFrame, empty: dict[tuple[str, int], str]) -> str:
+    """One line saying which traces and block sizes have no hit and why."""
+    labels = trace_labels(df["trace"].astype(str).unique())
+    by_trace: dict[tuple[str, str], list[int]] = {}
+    for (sha, bs), why in empty.items():
+        trace = str(df.loc[df["trace_sha256"] == sha, "trace"].iloc[0])
+        by_trace.setdefault((labels[trace], why), []).append(bs)
+    parts = [
+        f"{label} at block_size={', '.join(str(b) for b in sorted(sizes))}: {why}"
+        for (label, why), sizes in by_trace.items()
+    ]
+    return "; ".join(parts) + " (every hit rate is 0)"
+
+
 def panels(df: pd.DataFrame) -> list[Panel]:
     """``df`` split by (trace, block size), in the order the traces were typed (their first
-    ``point_id``: the grid numbers points in that order), then by block size. Titles name the
-    trace by :func:`trace_label` (with a hash prefix when two traces share a label) and the
-    block size when the run has several."""
+    ``point_id``: the grid numbers points in that order), then by block size, leaving out
+    those without a single hit (:func:`hitless`; :class:`SkipFigure` when none is left).
+    Titles name what differs between the panels: the trace (:func:`trace_labels`), the block
+    size (``block_size=64``); one panel is titled by its trace."""
     if df.empty:
         return []
+    empty = hitless(df)
     first = df.groupby(["trace", "trace_sha256", "block_size"], sort=False)["point_id"].min()
     keys = first.reset_index()
     trace_first = keys.groupby(["trace", "trace_sha256"])["point_id"].transform("min")
     keys = keys.assign(order=trace_first).sort_values(["order", "block_size"])
-    labels = {
-        (t, s): trace_label(t) for t, s in keys[["trace", "trace_sha256"]].itertuples(index=False)
-    }
-    label_count: dict[str, int] = {}
-    for label in labels.values():
-        label_count[label] = label_count.get(label, 0) + 1
-    several_sizes = df["block_size"].nunique() > 1
+    pairs = zip(keys["trace_sha256"], keys["block_size"], strict=True)
+    keys = keys[[(str(s), int(b)) not in empty for s, b in pairs]]
+    if keys.empty:
+        raise SkipFigure(hitless_reason(df, empty))
+    if empty:
+        log.info("left out of the figures: %s", hitless_reason(df, empty))
+    labels = trace_labels(keys["trace"].astype(str).tolist())
+    fields = [
+        {"trace": labels[str(t)], "block_size": f"block_size={int(b)}"}
+        for t, b in zip(keys["trace"], keys["block_size"], strict=True)
+    ]
+    titles = titles_by_difference(fields)
+    if len(titles) == 1:
+        titles = [fields[0]["trace"]]
+    seen: dict[str, int] = {}
+    for t in titles:
+        seen[t] = seen.get(t, 0) + 1
     out = []
-    for trace, sha, bs in keys[["trace", "trace_sha256", "block_size"]].itertuples(index=False):
-        title = labels[(trace, sha)]
-        if label_count[title] > 1:
+    rows_of = df.groupby(["trace_sha256", "block_size"], sort=False)
+    for (trace, sha, bs), title in zip(
+        keys[["trace", "trace_sha256", "block_size"]].itertuples(index=False), titles, strict=True
+    ):
+        if seen[title] > 1:  # the same trace and block size with other content (a resumed run)
             title += f" [{str(sha)[:8]}]"
-        if several_sizes:
-            title += f", {int(bs)}-token blocks"
-        rows = df[(df["trace_sha256"] == sha) & (df["block_size"] == bs)]
-        out.append(Panel(str(sha), int(bs), title, rows))
+        rows = rows_of.get_group((sha, bs))
+        out.append(Panel(str(sha), int(bs), title, rows, str(trace)))
     return out
 
 
@@ -385,6 +468,18 @@ class RunData:
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, made once per run for ``key`` (what several figures read, such as the
+        split of the notes; built-in keys are the property names)."""
+        return self._once(f"user:{key}", make)
+
+    @property
+    def palette(self) -> Palette:
+        """The looks of the run's policies, routers and tiers, decided once from every row
+        (:meth:`Palette.of`) and shared by every figure of the run."""
+        result: Palette = self._once("palette", lambda: Palette.of(self.all_results))
+        return result
 
     @property
     def traces(self) -> pd.DataFrame | None:

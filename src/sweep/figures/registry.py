@@ -36,6 +36,9 @@ class FigureKind:
     applies: Callable[[RunData], bool] | None = None
     """Whether the run has the kind of points the figure is about (a model, hierarchies,
     clusters); a kind that does not apply is passed over silently, not listed as skipped."""
+    notes: Callable[[RunData], list[str]] | None = None
+    """Facts of the run the figure's reading depends on (:mod:`.findings`), said where the
+    log lists the figure and kept in ``FigureReport.notes``."""
 
 
 _KINDS: dict[str, FigureKind] = {}

@@ -18,6 +18,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from . import findings
+from .axes import format_capacity, is_binary, percent_axis
+from .capacity import drawn
 from .data import (
     PER_REQUEST_FILE,
     REQUESTS_FILE,
@@ -30,22 +33,10 @@ from .data import (
     param_keys,
     scalar,
 )
+from .legend import DOUBLE_COLUMN_IN, LEGEND_ROW_IN, finish, layout
 from .registry import FigureKind, register
-from .style import (
-    CONTEXT_GID,
-    DOUBLE_COLUMN_IN,
-    LEGEND_ROW_IN,
-    LINESTYLES,
-    Series,
-    draw_series,
-    duplicates,
-    figure_legend,
-    format_capacity,
-    is_binary,
-    layout,
-    policy_style,
-    styled,
-)
+from .series import CONTEXT_GID, Series, draw_series, duplicates
+from .style import LINESTYLES, Palette, styled
 
 log = logging.getLogger("sweep.plot")
 
@@ -100,16 +91,16 @@ def point_panels(points: pd.DataFrame) -> list[Panel]:
     return out
 
 
-def point_styles(points: pd.DataFrame) -> dict[int, dict[str, Any]]:
-    """Policy colour, marker and line style; a policy's second, third... point of a trace gets
-    the next line style."""
+def point_styles(points: pd.DataFrame, palette: Palette) -> dict[int, dict[str, Any]]:
+    """The policy's colour, marker and line style (``palette``); a policy's second, third...
+    point of a trace gets the next line style."""
     out = {}
     seen: dict[tuple[str, str, int], int] = {}
     for _, row in points.iterrows():
         key = (str(row["policy"]), str(row["trace_sha256"]), int(row["block_size"]))
         n = seen.get(key, 0)
         seen[key] = n + 1
-        style = policy_style(str(row["policy"]))
+        style = palette.policy(row["policy"])
         if n:
             style["linestyle"] = LINESTYLES[n % len(LINESTYLES)]
         out[int(row["point_id"])] = style
@@ -149,8 +140,7 @@ def _draw_points(
         for i, (ax, panel) in enumerate(zip(axes, panel_list, strict=True)):
             decorate(ax, i)
             ax.set_title(panel.title)
-        figure_legend(fig, axes)
-        return fig
+        return finish(fig, axes)
     return _small_multiples(series, panel_list, decorate)
 
 
@@ -200,12 +190,15 @@ def _small_multiples(series: list[Series], panel_list: Sequence[Panel], decorate
 
 
 @styled
-def fig_hit_ratio_cdf(points: pd.DataFrame, per_request: pd.DataFrame | None) -> Figure:
+def fig_hit_ratio_cdf(
+    points: pd.DataFrame, per_request: pd.DataFrame | None, palette: Palette | None = None
+) -> Figure:
     """CDF of the per-request hit ratio (hit_tokens / prompt_tokens; empty prompts left out) of
     each chosen point (rows of results.parquet), one panel per trace."""
     points = check_points(points, per_request)
     assert per_request is not None
-    labels, styles = point_labels(points), point_styles(points)
+    palette = palette or Palette.of(points)
+    labels, styles = point_labels(points), point_styles(points, palette)
     panel_list = point_panels(points)
     grid = np.linspace(0.0, 1.0, CDF_GRID)
     series = []
@@ -278,6 +271,7 @@ def fig_hit_rate_over_time(
     per_request: pd.DataFrame | None,
     requests: pd.DataFrame | None,
     target_bins: int = TARGET_BINS,
+    palette: Palette | None = None,
 ) -> Figure:
     """Token hit rate of each chosen point in bins of request time of a round width (sum of hit
     tokens / sum of prompt tokens per bin; a bin without prompt tokens is left out, and the
@@ -287,9 +281,10 @@ def fig_hit_rate_over_time(
     points = check_points(points, per_request)
     assert per_request is not None
     points = _timed(points, requests)
-    labels, styles = point_labels(points), point_styles(points)
+    palette = palette or Palette.of(points)
+    labels, styles = point_labels(points), point_styles(points, palette)
     panel_list = point_panels(points)
-    series = []
+    series: list[Series] = []
     axis: dict[int, tuple[float, float, str, float]] = {}
     for i, panel in enumerate(panel_list):
         times = requests[requests["trace_sha256"] == panel.trace_sha256][["request", "timestamp"]]
@@ -314,20 +309,29 @@ def fig_hit_rate_over_time(
     def decorate(ax: Axes, i: int) -> None:
         span, scale, unit, width = axis[i]
         ax.set_xlim(0, max(span, 1.0) / scale)
-        ax.set_ylim(bottom=0)
+        highest = max((float(np.max(s.y)) for s in series if s.panel == i and len(s.y)), default=0)
+        percent_axis(ax, "Token hit rate (%)", highest)
         ax.set_xlabel(f"Time since trace start ({unit}; {format_width(width)} bins)")
-        ax.set_ylabel("Token hit rate (%)")
 
     return _draw_points(series, panel_list, decorate, markers=False)
 
 
 def _draw_cdf(data: RunData) -> Figure:
-    return fig_hit_ratio_cdf(data.points, data.per_request)
+    return fig_hit_ratio_cdf(data.points, data.per_request, data.palette)
 
 
 def _draw_over_time(data: RunData) -> Figure:
-    return fig_hit_rate_over_time(data.points, data.per_request, data.requests)
+    return fig_hit_rate_over_time(
+        data.points, data.per_request, data.requests, palette=data.palette
+    )
 
 
-register(FigureKind("hit_ratio_cdf", _draw_cdf, order=50))
-register(FigureKind("hit_rate_over_time", _draw_over_time, order=60))
+def _notes(data: RunData) -> list[str]:
+    """Policies equal in every counter (their chosen points are announced ``(= OTHER)``)."""
+    chosen = set(data.points["policy"]) if not data.points.empty else set()
+    same = findings.identical(drawn(data, "capacity"))
+    return [n for n in same if n.split(" ", 1)[0] in chosen]
+
+
+register(FigureKind("hit_ratio_cdf", _draw_cdf, order=50, notes=_notes))
+register(FigureKind("hit_rate_over_time", _draw_over_time, order=60, notes=_notes))

@@ -11,8 +11,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+from . import findings
+from .axes import format_capacity, is_binary, percent_axis
 from .data import (
     Panel,
     RunData,
@@ -24,21 +28,14 @@ from .data import (
     param_keys,
     policy_rows,
 )
+from .legend import finish, layout
 from .registry import FigureKind, register
-from .style import (
-    MARKERS,
-    figure_legend,
-    format_capacity,
-    is_binary,
-    layout,
-    markevery,
-    sequential,
-    styled,
-)
+from .series import markevery
+from .style import MARKERS, sequential, styled
 
 log = logging.getLogger("sweep.plot")
 
-ANNOTATE_MAX_CELLS = 80
+ANNOTATE_MAX_CELLS = 100
 """Heatmaps with at most this many cells get their values written in the cells."""
 LOG_SPAN = 10.0
 """The line panel's x axis is logarithmic when the ratios span more than this factor."""
@@ -72,28 +69,73 @@ def fig_small_ratio_tuning(results: pd.DataFrame, policy: str = "S3FIFO") -> Fig
     fig, axes = layout(n_axes, ncols=ncols)
     line_axes = axes[::2] if with_heatmap else axes
     ratios = sorted(float(r) for r in rows["small_ratio"].dropna().unique())
+    highest = float(rows["overall_hit_rate"].max()) * 100
     for i, panel in enumerate(panel_list):
         ax = line_axes[i]
         for j, cap in enumerate(capacities):
             sub = panel.rows[panel.rows["capacity"] == cap].sort_values("small_ratio")
             if sub.empty:
                 continue
+            label = format_capacity(cap, binary)
+            rate = sub["overall_hit_rate"].to_numpy(dtype=float) * 100
             ax.plot(
                 sub["small_ratio"],
-                sub["overall_hit_rate"] * 100,
+                rate,
                 color=colours[cap],
                 marker=MARKERS[j % len(MARKERS)],
                 markevery=markevery(len(sub)),
-                label=format_capacity(cap, binary),
+                label=label,
+            )
+            best = int(np.argmax(rate))  # the first of equal maxima: the smallest ratio
+            ax.plot(
+                [float(sub["small_ratio"].iloc[best])],
+                [rate[best]],
+                linestyle="none",
+                marker="*",
+                markersize=BEST_MARKER_PT,
+                markerfacecolor="white",
+                markeredgecolor=colours[cap],
+                markeredgewidth=1.0,
+                label=f"_best of {label}",  # an annotation: above every marker, never moved
+                zorder=4,
             )
         _ratio_axis(ax, ratios)
-        ax.set_ylabel("Token hit rate (%)")
-        ax.set_ylim(bottom=0)
+        percent_axis(ax, "Token hit rate (%)", highest)
         ax.set_title(f"{panel.title}: {policy}" + (f" ({fixed})" if fixed else ""))
         if with_heatmap:
-            _heatmap(fig, axes[2 * i + 1], gains[i], _gain_bound(gains), panel, policy, binary)
-    figure_legend(fig, line_axes, title="Capacity (blocks)")
-    return fig
+            _heatmap(fig, axes[2 * i + 1], gains[i], _gain_bound(gains), policy, binary)
+    star = Line2D(
+        [], [], linestyle="none", marker="*", markersize=BEST_MARKER_PT, color="0.3",
+        markerfacecolor="white",
+    )  # fmt: skip
+    return finish(fig, line_axes, title="Capacity (blocks)", extra=[(star, BEST_LABEL)])
+
+
+BEST_MARKER_PT = 8.0
+BEST_LABEL = "best small_ratio"
+
+
+def best_ratios(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per trace, block size and capacity of ``rows`` (one policy, its other parameters
+    fixed): the small_ratio of the highest hit rate (the smallest of equal ones), that hit
+    rate, and whether it lies at an end of the ratios swept there."""
+    out = []
+    for (sha, bs, cap), sub in rows.groupby(["trace_sha256", "block_size", "capacity"]):
+        sub = sub.sort_values("small_ratio")
+        rate = sub["overall_hit_rate"].to_numpy(dtype=float)
+        best = int(np.argmax(rate))
+        out.append(
+            {
+                "trace_sha256": sha,
+                "trace": sub["trace"].iloc[0],
+                "block_size": bs,
+                "capacity": cap,
+                "small_ratio": float(sub["small_ratio"].iloc[best]),
+                "hit_rate": float(rate[best]),
+                "at_edge": len(sub) > 2 and best in (0, len(sub) - 1) and rate[best] > rate.min(),
+            }
+        )
+    return pd.DataFrame(out)
 
 
 def _ratio_axis(ax: Axes, ratios: Sequence[float]) -> None:
@@ -142,11 +184,11 @@ def _heatmap(
     ax: Axes,
     grid: pd.DataFrame | None,
     bound: float,
-    panel: Panel,
     policy: str,
     binary: bool,
 ) -> None:
-    """The gain grid on a diverging colour map centred at 0 (blue: better than LRU)."""
+    """The gain grid on a diverging colour map centred at 0 (blue: better than LRU); each
+    capacity's best small_ratio (its highest gain) framed."""
     if grid is None:
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no LRU point at these capacities", ha="center", va="center")
@@ -172,7 +214,12 @@ def _heatmap(
     ax.tick_params(length=0)
     ax.set_xlabel("small_ratio (fraction of capacity)")
     ax.set_ylabel("Capacity (blocks)")
-    ax.set_title(f"{policy} gain over LRU (pp)")
+    ax.set_title(f"{policy} gain over LRU (pp; framed: the best)")
+    for r, row in enumerate(values):
+        if np.isfinite(row).any():
+            c = int(np.nanargmax(row))
+            frame = Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="black", lw=1.0)
+            ax.add_patch(frame)
     if n_rows * n_cols <= ANNOTATE_MAX_CELLS:
         size = 6 if n_cols <= 8 else 5
         for (r, c), v in np.ndenumerate(values):
@@ -195,4 +242,11 @@ def _draw(data: RunData) -> Figure:
     return fig_small_ratio_tuning(data.results)
 
 
-register(FigureKind("small_ratio_tuning", _draw, order=20))
+register(
+    FigureKind(
+        "small_ratio_tuning",
+        _draw,
+        order=20,
+        notes=lambda data: findings.best_small_ratio(data.results),
+    )
+)

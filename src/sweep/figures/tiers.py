@@ -1,15 +1,12 @@
 """Figure ``tier_split``: hit tokens split by tier against the size of the lower tier.
 
-One panel per hierarchy setting other than the swept tier's capacity (mode, policies, the
-other tiers' capacities), in a row; in each, the token hit rate of every tier (its
-``tier{t}_hit_tokens / total_prompt_tokens``) stacked from the fastest tier up, against the
-capacity of the *swept tier*: the slowest tier whose capacity takes several values in the run
-(else the slowest tier). The top of the stack is the hierarchy's overall hit rate.
-
-Self-contained (the coordinator wires it into the figure registry): :func:`tier_split_figure`
-builds the figure from a results DataFrame (``pandas.read_parquet`` of ``results.parquet``)
-or raises :class:`NoTierPoints`; :func:`draw_tier_split` writes ``OUT/tier_split.png`` and
-``.pdf`` and returns the paths.
+One panel per hierarchy setting other than the swept tier's capacity (trace, block size, mode,
+policies, the other tiers' capacities), in a row, on one y scale; in each, the token hit rate
+of every tier (its ``tier{t}_hit_tokens / total_prompt_tokens``, in %) stacked from the fastest
+tier up, against the capacity of the *swept tier*: the slowest tier whose capacity takes
+several values in the run (else the slowest tier). The top of the stack, drawn as a line, is
+the hierarchy's overall hit rate; the infinite-cache ceiling is drawn over it. Panels are
+titled by what differs between them; what they share is the legend's title.
 """
 
 from __future__ import annotations
@@ -17,14 +14,16 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .data import SkipFigure
+from .axes import capacity_axis, draw_ceiling, format_capacity, is_binary, percent_axis
+from .capacity import ceiling_of
+from .data import SkipFigure, titles_by_difference
+from .legend import finish, layout
 from .registry import FigureKind, register
+from .style import Palette, styled
 
 NAME = "tier_split"
 MAX_TIERS = 4
-PANEL_WIDTH_IN = 3.3
-PANEL_HEIGHT_IN = 2.4
-TIER_COLOURS = ("#1b6ca8", "#f28e2b", "#59a14f", "#b07aa1")  # fastest first
+TOTAL_LABEL = "all tiers"
 
 
 class NoTierPoints(SkipFigure):
@@ -32,7 +31,11 @@ class NoTierPoints(SkipFigure):
 
 
 def _n_tiers(rows: pd.DataFrame) -> int:
-    return max(t + 1 for t in range(MAX_TIERS) if rows[f"tier{t}_policy"].notna().any())
+    return max(
+        t + 1
+        for t in range(MAX_TIERS)
+        if f"tier{t}_policy" in rows.columns and rows[f"tier{t}_policy"].notna().any()
+    )
 
 
 def swept_tier(rows: pd.DataFrame) -> int:
@@ -44,64 +47,85 @@ def swept_tier(rows: pd.DataFrame) -> int:
     return n - 1
 
 
-def _panel_key(row: pd.Series, n: int, swept: int) -> str:
-    parts = [str(row["mode"])]
+def _fields(row: pd.Series, n: int, swept: int) -> dict[str, str]:
+    """What names a panel: trace, block size, mode and each tier's policy (and capacity, but
+    the swept tier's)."""
+    out = {
+        "trace": str(row["trace"]),
+        "block_size": f"block_size={int(row['block_size'])}",
+        "mode": str(row["mode"]),
+    }
     for t in range(n):
         if pd.isna(row[f"tier{t}_policy"]):
             continue
         label = f"{row[f'tier{t}_name']}: {row[f'tier{t}_policy']}"
         if t != swept:
-            label += f" {int(row[f'tier{t}_capacity']):,}"
-        parts.append(label)
-    return "; ".join(parts)
+            capacity = int(row[f"tier{t}_capacity"])
+            label += f" {format_capacity(capacity, is_binary([capacity]))}"
+        out[f"tier{t}"] = label
+    return out
 
 
-def tier_split_figure(results: pd.DataFrame) -> Figure:
+@styled
+def tier_split_figure(
+    results: pd.DataFrame, traces: pd.DataFrame | None = None, palette: Palette | None = None
+) -> Figure:
     """The figure, from a results table; :class:`NoTierPoints` when it has no hierarchy."""
     if "policy" not in results or not (results["policy"] == "TIERS").any():
         raise NoTierPoints("no hierarchy points in the run (tiers=...)")
+    palette = palette or Palette.of(results)
     rows = results[results["policy"] == "TIERS"]
     n = _n_tiers(rows)
     swept = swept_tier(rows)
-    # One panel per trace, block size and hierarchy setting other than the swept capacity.
-    keyed = rows.assign(
-        _panel=[
-            f"{r.trace}, {r.block_size} tokens/block\n{_panel_key(r, n, swept)}"
-            for r in rows.itertuples(index=False)
-            for r in [pd.Series(r._asdict())]
-        ]
-    )
-    panels = list(dict.fromkeys(keyed["_panel"]))
-    fig = Figure(
-        figsize=(PANEL_WIDTH_IN * len(panels), PANEL_HEIGHT_IN + 0.6), layout="constrained"
-    )
-    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
-    for ax, panel in zip(axes, panels, strict=True):
+    keys = [
+        tuple(_fields(row, n, swept).items()) for _, row in rows.iterrows()
+    ]  # one panel per distinct setting, in the order of the rows
+    keyed = rows.assign(_panel=[str(k) for k in keys])
+    order = list(dict.fromkeys(keyed["_panel"]))
+    fields = [dict(keys[keyed["_panel"].tolist().index(p)]) for p in order]
+    if len(fields) == 1:
+        f = fields[0]
+        rest = [v for k, v in f.items() if k not in ("trace", "block_size")]
+        titles = [f"{f['trace']}, {f['block_size']}\n{'; '.join(rest)}"]
+    else:
+        titles = titles_by_difference(fields)
+    common = ", ".join(v for k, v in fields[0].items() if all(f.get(k) == v for f in fields))
+    fig, axes = layout(len(order), ncols=min(len(order), 3), sharey=True)
+    highest = 0.0
+    ceilings: list[float | None] = []
+    for ax, panel, title in zip(axes, order, titles, strict=True):
         group = keyed[keyed["_panel"] == panel].sort_values(f"tier{swept}_capacity")
         x = group[f"tier{swept}_capacity"].astype(float).to_numpy()
         total = group["total_prompt_tokens"].astype(float).to_numpy()
-        shares = [group[f"tier{t}_hit_tokens"].astype(float).to_numpy() / total for t in range(n)]
-        labels = [
-            f"tier {t}: {group[f'tier{t}_name'].iloc[0]} ({group[f'tier{t}_policy'].iloc[0]})"
-            for t in range(n)
+        shares = [
+            group[f"tier{t}_hit_tokens"].astype(float).to_numpy() / total * 100 for t in range(n)
         ]
-        ax.stackplot(x, shares, labels=labels, colors=TIER_COLOURS[:n], alpha=0.85)
-        ax.plot(x, sum(shares), color="black", linewidth=0.8, marker=".", markersize=3)
-        if len(x) > 1 and x.min() > 0 and x.max() / x.min() >= 8:
-            ax.set_xscale("log", base=2)
-        ax.set_title(panel, fontsize=7)
-        ax.set_xlabel(f"tier {swept} ({group[f'tier{swept}_name'].iloc[0]}) capacity [blocks]")
-        ax.grid(alpha=0.3, linewidth=0.5)
-        ax.tick_params(labelsize=7)
-    axes[0].set_ylabel("token hit rate, by tier")
-    axes[0].legend(loc="upper left", fontsize=6, frameon=False)
-    return fig
+        names = [str(group[f"tier{t}_name"].iloc[0]) for t in range(n)]
+        ax.stackplot(
+            x,
+            shares,
+            labels=[f"{name} (tier {t})" for t, name in enumerate(names)],
+            colors=[palette.tier(name) for name in names],
+            alpha=0.9,
+        )
+        overall = sum(shares)
+        ax.plot(x, overall, color="black", linewidth=0.9, marker="o", label=TOTAL_LABEL)
+        highest = max(highest, float(overall.max()))
+        c = ceiling_of(traces, str(group["trace_sha256"].iloc[0]), int(group["block_size"].iloc[0]))
+        ceilings.append(None if c is None else c * 100)
+        draw_ceiling(ax, ceilings[-1])
+        capacity_axis(ax, x.tolist(), None, label=f"{names[swept]} capacity (blocks)")
+        ax.set_title(title)
+    for ax in axes:
+        percent_axis(ax, "Token hit rate (%), by tier", max([highest, *filter(None, ceilings)]))
+    # what every panel shares heads the legend (a figure title would collide with it)
+    return finish(fig, axes, title=common if len(order) > 1 and common else None)
 
 
 register(
     FigureKind(
         NAME,
-        lambda data: tier_split_figure(data.all_results),
+        lambda data: tier_split_figure(data.all_results, data.traces, data.palette),
         order=85,
         single_cache=False,
         applies=lambda data: bool((data.all_results["policy"] == "TIERS").any()),

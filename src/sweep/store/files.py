@@ -48,6 +48,15 @@ def _umask() -> int:
 _UMASK = _umask()
 
 
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` about ``path``, the file being written, rather than its temporary name (a
+    directory in the way of ``results.parquet`` is reported as ``'.results.parquet.x1y2.tmp'
+    -> 'results.parquet'`` by ``os.replace``): the message names what the user can fix."""
+    if err.errno is None:
+        return err
+    return type(err)(err.errno, err.strerror, str(path))
+
+
 class PendingFile:
     """A temporary file ``tmp`` for ``path`` (``file``, open for writing) that becomes ``path``
     on :meth:`commit` (fsync, rename) or is removed on :meth:`discard`, leaving ``path`` as it
@@ -65,8 +74,11 @@ class PendingFile:
         """A new temporary file in ``folder`` (default: ``path``'s; another folder must be on
         the same file system, for the rename), with the usual mode of a final file."""
         folder = folder or path.parent
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError as err:
+            raise _naming(err, path) from None
         try:
             os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; final files: the usual mode
             file: IO[Any] = os.fdopen(fd, mode)
@@ -83,6 +95,9 @@ class PendingFile:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(self.tmp, self.path)
+        except OSError as err:
+            self.discard()
+            raise _naming(err, self.path) from None
         except BaseException:
             self.discard()
             raise

@@ -1,0 +1,353 @@
+"""RADIX: SGLang's radix cache, one page per block.
+
+Variant: SGLang's ``RadixCache`` (``python/sglang/srt/mem_cache/radix_cache.py``) with
+``page_size = block_size``, and the scheduler's allocation rule around it; with
+``semantics="sglang"`` (:mod:`prefixsim.semantics`) it reproduces SGLang request by request
+(:mod:`prefixsim.oracles.sglang_radix` is the engine-faithful oracle it is tested against).
+Unlike ``LRU_LEAF`` (an LRU over single blocks that evicts leaves only), recency and eviction
+are per radix *node*: a run of blocks inserted together.
+
+The tree. A radix node holds a run of blocks (its key) under a parent node; the root holds
+none. Every resident block is in exactly one node; each node has a ``time`` (its last access, a
+counter advanced at every ``time.monotonic()`` call of SGLang's code, in its order) and a lock
+count. With block hashes that identify their prefix (Mooncake's: equal hashes mean equal
+prefixes) a request's resident blocks are a path from the root, and the tree is SGLang's. Other
+traces are replayed by the same rules on the blocks: a resident block is walked to where it is
+(its node refreshed, split where the request leaves it), and the blocks a request adds after it
+hang under its node.
+
+A request with cached blocks ``B`` (``hit`` of them reused) and ``n_temp`` temporary pages::
+
+    serve(B, hit, n_temp):
+        match(B[:hit]):                       # RadixCache._match_prefix_helper
+            root.time = now; walk from the root, each visited node's time = now;
+            if the match ends inside a node: split it there (the upper part, created now, is
+            the last node; the lower part keeps the time the walk just gave it: split refresh)
+        lock the nodes walked and their ancestors
+        need = len(B) - hit + n_temp          # pages the prefill computes into
+        if free < need + spare_pages:         # alloc_paged_token_slots_extend's page per request
+            evict(need + spare_pages - free)  # the shortfall (evict_shortfall=False: all of it)
+        hold need pages
+        for each decode step (with cache_output_blocks: one per generated token but the first):
+            make room for max(spare_pages, 1 if the step starts a page else 0) pages the same
+            way, then hold the page the step starts, if it does
+        insert(B):                            # cache_finished_req -> RadixCache.insert
+            root.time = now; walk and refresh as in match, splitting where B leaves a node;
+            the rest of B becomes a new leaf node (created now); blocks already in the tree
+            are duplicates, their pages freed
+        free the temporary pages; unlock
+
+    evict(n): until n pages are freed: take the unlocked leaf node with the oldest time and
+        remove it whole (whole_node=False: its last block only); a parent left without
+        children becomes a leaf
+
+``split_refresh=False`` keeps the lower part of a split at its old time; ``whole_node=False``
+evicts block by block; with both off and ``spare_pages=0`` RADIX is ``LRU_LEAF`` on requests
+without a temporary or recomputed block (block-level leaf LRU; tested). A request needing more
+pages than the cache can free caches the leading ones that fit (an engine would refuse it;
+under the engine semantics such a trace is refused before the replay).
+
+Counters: ``block_hits`` (blocks of the request resident at arrival), ``evictions`` (blocks
+evicted), ``evicted_nodes``, ``splits``, ``duplicate_blocks`` (recomputed blocks found in the
+tree at insertion and freed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ParameterError
+from .base import (
+    COMMON_COUNTERS,
+    Check,
+    PolicyParams,
+    PolicySpec,
+    ReferencePolicy,
+    default_state_bytes,
+    register,
+)
+
+
+def _check_flag(name: str) -> Any:
+    def check(value: object) -> tuple[bool]:
+        if not isinstance(value, (bool, np.bool_)):
+            raise ParameterError(name, value, "expected true or false")
+        return (bool(value),)
+
+    return check
+
+
+def _check_spare(value: object) -> tuple[int]:
+    from .base import check_int
+
+    return (check_int("spare_pages", value, 0),)
+
+
+@dataclass(frozen=True)
+class RadixParams(PolicyParams):
+    policy: ClassVar[str] = "RADIX"
+    split_refresh: bool = True
+    """A split's lower part keeps the access time the match gave it (SGLang)."""
+    whole_node: bool = True
+    """Evict a leaf node whole (SGLang); False evicts its last block only."""
+    spare_pages: int = 1
+    """Pages evicted beyond a request's need (SGLang assumes each request needs a new page)."""
+    evict_shortfall: bool = True
+    """Evict only the shortfall (SGLang since sgl-project/sglang#32016); False evicts the
+    whole demand when short, as earlier releases."""
+
+    checks: ClassVar[tuple[Check, ...]] = (
+        *PolicyParams.checks,
+        (("split_refresh",), _check_flag("split_refresh")),
+        (("whole_node",), _check_flag("whole_node")),
+        (("spare_pages",), _check_spare),
+        (("evict_shortfall",), _check_flag("evict_shortfall")),
+    )
+
+
+class _Node:
+    __slots__ = ("children", "key", "lock_ref", "parent", "time", "uid")
+
+    def __init__(self, key: list[Hashable], parent: _Node | None, time: int, uid: int) -> None:
+        self.key = key
+        self.parent = parent
+        self.children: dict[Hashable, _Node] = {}  # by the first block of the child's key
+        self.lock_ref = 0
+        self.time = time
+        self.uid = uid
+
+
+class RadixReference(ReferencePolicy):
+    """The tree of :mod:`the module docstring <prefixsim.policies.radix>`; ``node_of`` maps
+    each resident block to its node."""
+
+    counter_names = (
+        *COMMON_COUNTERS,
+        "evicted_nodes",
+        "splits",
+        "duplicate_blocks",
+    )
+
+    def __init__(self, params: RadixParams) -> None:
+        super().__init__(params)
+        self.p = params
+        self.capacity = params.capacity
+        self._clock = itertools.count(1)
+        self._uids = itertools.count()
+        self.root = _Node([], None, self._now(), next(self._uids))
+        self.node_of: dict[Hashable, _Node] = {}
+
+    def _now(self) -> int:
+        return next(self._clock)
+
+    def is_resident(self, h: Hashable) -> bool:
+        return h in self.node_of
+
+    def resident_count(self) -> int:
+        return len(self.node_of)
+
+    def access(self, h: Hashable) -> None:
+        self.access_request([h])
+
+    def access_request(self, hash_ids: Sequence[Hashable]) -> None:
+        # The specification's replay: every block cached, the whole resident prefix reused.
+        self.serve_request(hash_ids, self.prefix_blocks(hash_ids), 0)
+
+    # --- request-level hooks (prefixsim.semantics.RequestLevelPolicy) ----------------------
+
+    def prefix_blocks(self, blocks: Sequence[Hashable]) -> int:
+        k = 0
+        while k < len(blocks) and blocks[k] in self.node_of:
+            k += 1
+        return k
+
+    def serve_request(
+        self,
+        blocks: Sequence[Hashable],
+        hit: int,
+        n_temp: int,
+        decode: Sequence[bool] = (),
+    ) -> None:
+        blocks = list(blocks)
+        self.counters["block_hits"] += self.prefix_blocks(blocks)
+        touched = self._match(blocks[:hit])
+        for node in touched:
+            self._lock(node, +1)
+        # Prefill: the request's pages past the hit, but those its decode steps take later.
+        held = len(blocks) - hit + n_temp - sum(decode)
+        self._make_room(held + self.p.spare_pages, 0)
+        free = self.capacity - len(self.node_of)
+        held = min(held, free)
+        # Decode: every step checks for its spare page, and a step that starts a page takes it.
+        for takes_page in decode:
+            self._make_room(max(self.p.spare_pages, int(takes_page)), held)
+            if takes_page and held < self.capacity - len(self.node_of):
+                held += 1
+        # Pages go to the cached blocks first; whatever did not fit is never cached.
+        cached = hit + min(len(blocks) - hit, held)
+        in_tree = self._insert(blocks[:cached])
+        self.counters["duplicate_blocks"] += max(in_tree - hit, 0)
+        for node in touched:
+            self._lock(node, -1)
+
+    def _make_room(self, target: int, held: int) -> None:
+        """SGLang's evict_from_tree_cache: when fewer than ``target`` pages are free (besides
+        the ``held`` pages of the running request), evict the shortfall (or all of ``target``
+        with ``evict_shortfall=False``)."""
+        free = self.capacity - len(self.node_of) - held
+        if free < target:
+            self._evict(target - free if self.p.evict_shortfall else target)
+
+    # --- the tree --------------------------------------------------------------------------
+
+    def _match(self, key: list[Hashable]) -> list[_Node]:
+        """RadixCache._match_prefix_helper over resident blocks: the root and every node the
+        key walks through get a new time; a match that ends inside a node splits it there.
+        Returns the nodes walked (the upper part of a split), to lock. The key is resident
+        (it is the reused prefix), so each of its blocks has a node; with hashes that identify
+        their prefix the nodes form one path from the root, as in SGLang. Otherwise a block may
+        jump to another branch: the walk goes on from that block's node."""
+        if not key:
+            return []
+        self.root.time = self._now()
+        walked = []
+        i = 0
+        while i < len(key):
+            node = self.node_of[key[i]]
+            pos = node.key.index(key[i])
+            before = node.time
+            node.time = self._now()
+            m = _common(node.key, pos, key, i)
+            i += m
+            if i == len(key) and pos + m < len(node.key):
+                node = self._split(node, pos + m, before)
+            walked.append(node)
+        return walked
+
+    def _insert(self, key: list[Hashable]) -> int:
+        """RadixCache._insert_helper over resident blocks: walk (refreshing, splitting where the
+        key stops inside a node) as far as the key's blocks are resident, then the rest becomes
+        a new leaf under the node that ends with the block before it. Returns the number of
+        leading blocks already in the tree. With hashes that do not identify their prefix, a
+        resident block later in the key is walked to where it is, and new blocks after it hang
+        under its node."""
+        self.root.time = self._now()
+        parent = self.root
+        i = 0
+        leading = -1
+        while i < len(key):
+            node = self.node_of.get(key[i])
+            if node is None:
+                if leading < 0:
+                    leading = i
+                j = i
+                seen = set()
+                while j < len(key) and key[j] not in self.node_of and key[j] not in seen:
+                    seen.add(key[j])
+                    j += 1
+                leaf = _Node(key[i:j], parent, self._now(), next(self._uids))
+                parent.children[key[i]] = leaf
+                for h in leaf.key:
+                    self.node_of[h] = leaf
+                parent = leaf
+                i = j
+                continue
+            pos = node.key.index(key[i])
+            before = node.time
+            node.time = self._now()
+            m = _common(node.key, pos, key, i)
+            i += m
+            if pos + m < len(node.key):
+                node = self._split(node, pos + m, before)
+            parent = node
+        return len(key) if leading < 0 else leading
+
+    def _split(self, child: _Node, m: int, before: int) -> _Node:
+        """``child`` becomes the part of its key after ``m`` blocks, under a new node holding
+        the first ``m`` (created now, so newer than ``child``)."""
+        parent = child.parent
+        assert parent is not None
+        upper = _Node(child.key[:m], parent, self._now(), next(self._uids))
+        upper.lock_ref = child.lock_ref
+        parent.children[upper.key[0]] = upper
+        child.key = child.key[m:]
+        child.parent = upper
+        upper.children[child.key[0]] = child
+        for h in upper.key:
+            self.node_of[h] = upper
+        if not self.p.split_refresh:
+            child.time = before
+        self.counters["splits"] += 1
+        return upper
+
+    def _lock(self, node: _Node, delta: int) -> None:
+        while node is not self.root:
+            node.lock_ref += delta
+            assert node.parent is not None
+            node = node.parent
+
+    def _evict(self, n: int) -> None:
+        heap = [(x.time, x.uid, x) for x in self._leaves()]
+        heapq.heapify(heap)
+        evicted = 0
+        while evicted < n and heap:
+            _, _, x = heapq.heappop(heap)
+            if x is self.root:
+                break
+            if x.lock_ref > 0:
+                continue
+            parent = x.parent
+            assert parent is not None
+            if self.p.whole_node or len(x.key) == 1:
+                del parent.children[x.key[0]]
+                for h in x.key:
+                    del self.node_of[h]
+                evicted += len(x.key)
+                self.counters["evictions"] += len(x.key)
+                self.counters["evicted_nodes"] += 1
+                if not parent.children:
+                    heapq.heappush(heap, (parent.time, parent.uid, parent))
+            else:  # one block, the node stays a leaf with its time
+                del self.node_of[x.key.pop()]
+                evicted += 1
+                self.counters["evictions"] += 1
+                heapq.heappush(heap, (x.time, x.uid, x))
+
+    def _leaves(self) -> list[_Node]:
+        out, stack = [], [self.root]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            else:
+                out.append(node)
+        return out
+
+
+def _common(node_key: list[Hashable], pos: int, key: list[Hashable], start: int) -> int:
+    """Blocks ``node_key[pos:]`` shares with ``key[start:]``, from the first."""
+    m = 0
+    while pos + m < len(node_key) and start + m < len(key) and node_key[pos + m] == key[start + m]:
+        m += 1
+    return m
+
+
+SPEC = register(
+    PolicySpec(
+        name="RADIX",
+        params_type=RadixParams,
+        reference=RadixReference,
+        # No compiled steps yet: a request-level policy (it serves a whole request, evicts
+        # whole nodes, several blocks per admission), which the steps' one victim per admission
+        # does not express; every compiled composition refuses it (PolicySpec.compiled_steps).
+        steps=None,
+        # nothing compiled allocates for it: the conservative default
+        state_bytes=default_state_bytes,
+    )
+)

@@ -1,0 +1,390 @@
+"""The replay's semantics: the specification's, or an engine's hit rule.
+
+``docs/semantics.md`` states the specification's rule (the default, ``spec``) and the two
+engine modes in prose; this module is the one place they are written as rules a driver calls.
+Every rule is a pure function of a request's integers, so a compiled driver can call the same
+code (:func:`request_blocks` and :func:`usable_capacity` use integer arithmetic only and take the
+mode as an integer code, so ``numba.njit`` compiles them as they are).
+
+A request with ``input_length`` ``L`` and ``hash_ids`` ``h[0..n-1]`` is laid out in blocks of
+``block_size`` tokens ``b``:
+
+* ``spec`` (the user's specification): every hash of the request is a cached block; the prefix
+  scan counts the leading resident ones (``k``), hit tokens are ``min(k * b, L)``; no null block,
+  no temporary block.
+* ``vllm`` (vLLM v1's KV cache manager): only *full* blocks have a hash and can be cached or hit:
+  the first ``L // b`` hashes. The hit is capped so that at least one prompt token is computed
+  (``max_cache_hit_length = L - 1``): at most ``(L - 1) // b`` blocks, and hit tokens are
+  ``hit_blocks * b``. A partial last block is a *temporary* block: it holds a block while its
+  request runs (evicting the policy's victim if the cache is full) and is never cached; when the
+  request ends it is freed to the *front* of the free queue (reused first: the slot is simply
+  free) or, as releases before vLLM PR #42656, to the *back* (it stays in the cache as a block
+  no request will hit, evicted in the policy's order). Block 0 is the null block: ``capacity -
+  1`` blocks are usable.
+* ``sglang`` (SGLang's ``RadixCache`` with ``page_size = block_size``): the same hit rule (the
+  match key is ``fill_ids[:L - 1]`` truncated to whole pages); the partial page is freed when
+  the request finishes (``cache_finished_req``); no page of the pool's size is reserved (SGLang
+  keeps its padding page outside it).
+
+With ``cache_output_blocks`` the blocks the generated tokens fill are cached too: an engine
+computes the KV of ``L + output_length - 1`` tokens (the last sampled token is never fed
+back), so ``(L + output_length - 1) // b`` blocks are full; those past the prompt's full blocks
+get hashes no prompt has, and the last partial block (if any) is the temporary one. Without it
+a request is replayed as if it generated one token (the prefill-only replay).
+
+Inputs the engines never see are still defined: a hash past ``ceil(L / b)`` carries no token
+and is ignored; a block of the prompt without a hash (``hash_ids`` shorter than ``ceil(L / b)``)
+is temporary (held, never cached). A request needing more blocks than the usable capacity can
+never be scheduled by either engine; :func:`check_fits` refuses it.
+
+Sources (read with the search tool; the commit is the stored snapshot each file was read at):
+
+* vLLM ``vllm/v1/core/kv_cache_manager.py`` ``KVCacheManager.get_computed_blocks`` (the ``L -
+  1`` cap) and ``allocate_slots`` (ace980e6de05); ``single_type_kv_cache_manager.py``
+  ``FullAttentionManager.find_longest_cache_hit`` (full blocks only, ``max_length //
+  block_size``), ``SingleTypeKVCacheManager.free`` (reverse order) (129ab7c60cbb);
+  ``block_pool.py`` ``BlockPool.__init__`` (the null block), ``free_blocks`` (unhashed blocks
+  ``prepend_n``-ed to the front) (c59cb7941357).
+* SGLang ``python/sglang/srt/managers/schedule_batch.py`` ``Req._compute_max_prefix_len``
+  (``input_len - 1``), ``python/sglang/srt/mem_cache/radix_cache.py``
+  ``RadixCache.match_prefix`` (page alignment) and ``cache_finished_req`` (95769b280eaa);
+  the paged allocator's ``free_pages = arange(1, num_pages + 1)`` (page 0 kept for padding).
+
+:func:`reference_replay` is the plain-Python replay of one cache under a semantics over any
+:class:`~prefixsim.policies.ReferencePolicy`; under ``spec`` it is the replay loop of
+:mod:`prefixsim.replay` step for step.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import ParameterError
+from .policies import PolicyParams, ReferencePolicy, get_policy
+from .trace import Trace
+
+SPEC, VLLM, SGLANG = 0, 1, 2
+"""Integer codes of the modes, for compiled drivers (:attr:`Semantics.code`)."""
+SEMANTICS: tuple[str, ...] = ("spec", "vllm", "sglang")
+"""The modes by name, in code order."""
+FREE_ORDERS: tuple[str, ...] = ("front", "back")
+"""Where vLLM frees a block that has no hash: ``front`` (reused first, today's releases) or
+``back`` (appended like any block, releases before vLLM PR #42656)."""
+
+VLLM_RELEASE = "vLLM v1, vllm/v1/core as of c59cb7941357 (block_pool.py)"
+SGLANG_RELEASE = "SGLang RadixCache, radix_cache.py as of 95769b280eaa"
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """A replay's semantics, validated at construction.
+
+    ``unhashed_free`` applies to ``vllm`` only and ``cache_output_blocks`` to the engine modes:
+    a value that would change nothing is refused rather than ignored (so a typo in a sweep does
+    not run the default silently)."""
+
+    name: str = "spec"
+    """``spec`` (the specification, the default), ``vllm`` or ``sglang``."""
+    unhashed_free: str = "front"
+    """vLLM only: where a freed block without a hash goes in the free queue
+    (:data:`FREE_ORDERS`)."""
+    cache_output_blocks: bool = False
+    """Engine modes only: also cache the full blocks the generated tokens fill."""
+
+    def __post_init__(self) -> None:
+        if self.name not in SEMANTICS:
+            raise ParameterError("semantics", self.name, f"expected one of {', '.join(SEMANTICS)}")
+        if self.unhashed_free not in FREE_ORDERS:
+            raise ParameterError(
+                "unhashed_free", self.unhashed_free, f"expected one of {', '.join(FREE_ORDERS)}"
+            )
+        if self.unhashed_free != "front" and self.name != "vllm":
+            raise ParameterError(
+                "unhashed_free",
+                self.unhashed_free,
+                f"applies to semantics=vllm only (semantics={self.name} has no free queue)",
+            )
+        if not isinstance(self.cache_output_blocks, (bool, np.bool_)):
+            raise ParameterError(
+                "cache_output_blocks", self.cache_output_blocks, "expected true or false"
+            )
+        object.__setattr__(self, "cache_output_blocks", bool(self.cache_output_blocks))
+        if self.cache_output_blocks and self.name == "spec":
+            raise ParameterError(
+                "cache_output_blocks",
+                True,
+                "applies to semantics=vllm or sglang (the specification caches prompt blocks only)",
+            )
+
+    @classmethod
+    def of(cls, value: Semantics | str | None) -> Semantics:
+        """``value`` as a :class:`Semantics` (a name gives that mode with its defaults)."""
+        if isinstance(value, Semantics):
+            return value
+        return cls("spec" if value is None else value)
+
+    @property
+    def code(self) -> int:
+        return SEMANTICS.index(self.name)
+
+    @property
+    def free_front(self) -> bool:
+        """Whether temporary blocks leave the cache when their request ends (``True`` except
+        under vLLM with ``unhashed_free="back"``)."""
+        return self.unhashed_free == "front"
+
+    def usable_capacity(self, capacity: int) -> int:
+        """Blocks a policy may hold (:func:`usable_capacity`); refuses a capacity that leaves
+        none."""
+        usable = usable_capacity(self.code, capacity)
+        if usable < 1:
+            raise ParameterError(
+                "capacity",
+                capacity,
+                "semantics=vllm reserves block 0 as the null block: expected capacity >= 2",
+            )
+        return usable
+
+    def request_blocks(
+        self, input_length: int, output_length: int, n_hash_ids: int, block_size: int
+    ) -> tuple[int, int, int, int]:
+        """:func:`request_blocks` under this semantics."""
+        return request_blocks(
+            self.code, input_length, output_length, n_hash_ids, block_size, self.cache_output_blocks
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "semantics": self.name,
+            "unhashed_free": self.unhashed_free,
+            "cache_output_blocks": self.cache_output_blocks,
+        }
+
+
+def usable_capacity(code: int, capacity: int) -> int:
+    """Blocks available to the policy: ``capacity - 1`` under ``vllm`` (``BlockPool.__init__``
+    pops block 0 as the null block, which no request ever gets), ``capacity`` otherwise."""
+    return capacity - 1 if code == VLLM else capacity
+
+
+def request_blocks(
+    code: int,
+    input_length: int,
+    output_length: int,
+    n_hash_ids: int,
+    block_size: int,
+    cache_output_blocks: bool,
+) -> tuple[int, int, int, int]:
+    """A request's blocks as ``(n_prompt, n_output, n_temp, max_hit)``.
+
+    ``n_prompt``: leading ``hash_ids`` that are cached blocks; ``n_output``: full blocks the
+    generated tokens fill, cached with hashes no prompt has (after the prompt's); ``n_temp``:
+    blocks held while the request runs and never cached (after those); ``max_hit``: the most
+    leading blocks that may hit. The request accesses ``n_prompt + n_output`` cached blocks and
+    holds ``n_prompt + n_output + n_temp`` blocks in all. Integer arithmetic only (see the module
+    docstring)."""
+    if code == SPEC:
+        return n_hash_ids, 0, 0, n_hash_ids
+    full_prompt = input_length // block_size
+    n_prompt = min(full_prompt, n_hash_ids)
+    kv_tokens = input_length
+    if cache_output_blocks and output_length > 1:
+        kv_tokens = input_length + output_length - 1  # the last sampled token has no KV
+    n_total = (kv_tokens + block_size - 1) // block_size
+    n_output = 0
+    if n_prompt == full_prompt:  # output blocks chain on a fully hashed prompt only
+        n_output = kv_tokens // block_size - full_prompt
+    n_temp = n_total - n_prompt - n_output
+    max_hit = min(n_prompt, max(input_length - 1, 0) // block_size)
+    return n_prompt, n_output, n_temp, max_hit
+
+
+def hit_tokens(code: int, k: int, max_hit: int, input_length: int, block_size: int) -> int:
+    """Hit tokens of a request whose ``k`` leading cached blocks are resident at arrival:
+    ``min(k * block_size, L)`` under ``spec``; ``min(k, max_hit) * block_size`` under the
+    engines (whole blocks, never the partial one)."""
+    if code == SPEC:
+        return min(k * block_size, input_length)
+    return min(k, max_hit) * block_size
+
+
+def decode_pages(
+    input_length: int, output_length: int, block_size: int, cache_output_blocks: bool
+) -> list[bool]:
+    """Per decode step (one per generated token but the first, which the prefill samples),
+    whether the token it computes starts a block: the steps that take a block while the request
+    runs. Empty without ``cache_output_blocks`` (the prefill-only replay). For a request-level
+    policy whose allocation happens step by step (SGLang checks for a free page at every
+    decode step)."""
+    if not cache_output_blocks or output_length <= 1:
+        return []
+    start = input_length
+    return [pos % block_size == 0 for pos in range(start, start + output_length - 1)]
+
+
+def check_fits(semantics: Semantics, trace: Trace, capacity: int, block_size: int) -> None:
+    """Refuse a trace with a request that needs more blocks than ``semantics`` leaves usable:
+    neither engine can ever schedule it (vLLM refuses to start with such a ``max_model_len``,
+    SGLang aborts the request), so no hit count would be the engine's."""
+    if semantics.name == "spec":
+        return
+    usable = semantics.usable_capacity(capacity)
+    lengths = trace.input_lengths.astype(np.int64)
+    kv = lengths.copy()
+    if semantics.cache_output_blocks:
+        kv = np.where(trace.output_lengths > 1, lengths + trace.output_lengths - 1, lengths)
+    # Every block of ceil(kv / block_size) is held at once (hashed, output or temporary).
+    need = -(-kv // block_size)
+    over = np.flatnonzero(need > usable)
+    if len(over):
+        r = int(over[0])
+        raise ParameterError(
+            "capacity",
+            capacity,
+            f"the request at line {int(trace.line_numbers[r])} of {trace.name} needs "
+            f"{int(need[r])} blocks of {block_size} tokens at once, more than the {usable} "
+            f"usable under semantics={semantics.name}; the engine could never schedule it",
+        )
+
+
+@runtime_checkable
+class RequestLevelPolicy(Protocol):
+    """A policy that serves a whole request itself (SGLang's radix cache, :mod:`RADIX
+    <prefixsim.policies.radix>`): it matches the request's prefix in its own structure and
+    handles the temporary blocks with its own allocation rule."""
+
+    def prefix_blocks(self, blocks: Sequence[Hashable]) -> int:
+        """Leading ``blocks`` resident now (no state change)."""
+        ...
+
+    def serve_request(
+        self, blocks: Sequence[Hashable], hit: int, n_temp: int, decode: Sequence[bool]
+    ) -> None:
+        """Serve a request whose ``hit`` leading cached ``blocks`` are reused and which holds
+        ``n_temp`` temporary blocks while it runs; ``decode`` (:func:`decode_pages`) says which
+        of its decode steps take a block."""
+        ...
+
+
+class _Fresh:
+    """Hashes no trace block has: the output blocks' and the temporary blocks'. Negative
+    integers (trace ids are non-negative), unique over one replay."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count(-1, -1)
+
+    def take(self, n: int) -> list[int]:
+        return [next(self._next) for _ in range(n)]
+
+
+def reference_replay(
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    semantics: Semantics | str | None = None,
+) -> tuple[np.ndarray, int, dict[str, int]]:
+    """Replay ``trace`` through the reference of ``params.policy`` under ``semantics``:
+    ``(hit_tokens per request, final_cache_blocks, counters)``.
+
+    For every request in trace order (:func:`request_blocks` gives its layout):
+
+    1. ``k`` = leading cached blocks resident at arrival (the policy's own prefix match for a
+       :class:`RequestLevelPolicy`), hit tokens by :func:`hit_tokens`;
+    2. the cached blocks, then the temporary ones, are accessed in order through the policy
+       (``access_request``); a request-level policy serves the request instead;
+    3. the temporary blocks then leave the cache (``remove``) unless vLLM frees them to the back.
+
+    The policy is built with the usable capacity (``capacity - 1`` under vLLM: the null block);
+    ``final_cache_blocks`` counts the blocks the policy holds at the end (under vLLM "back",
+    including the freed temporary blocks still in the cache). Counters are the policy's plus
+    ``temporary_blocks`` (blocks held for a request and never cached) under the engine modes.
+    Under ``spec`` this is :mod:`prefixsim.replay`'s reference loop exactly."""
+    sem = Semantics.of(semantics)
+    spec = get_policy(params.policy)
+    if sem.name != "spec":
+        check_fits(sem, trace, params.capacity, block_size)
+        params = _with_capacity(params, sem.usable_capacity(params.capacity))
+    block_ids = trace.block_ids.tolist()
+    offsets = trace.offsets.tolist()
+    lengths = trace.input_lengths.tolist()
+    outputs = trace.output_lengths.tolist()
+    code = sem.code
+    fresh = _Fresh()
+    # The accesses of every request, built first so that an offline policy sees the stream it
+    # will be replayed with (output and temporary blocks included).
+    cached: list[list[Hashable]] = []
+    temps: list[list[Hashable]] = []
+    max_hits: list[int] = []
+    for r in range(trace.n_requests):
+        hashes = block_ids[offsets[r] : offsets[r + 1]]
+        n_prompt, n_output, n_temp, max_hit = request_blocks(
+            code, lengths[r], outputs[r], len(hashes), block_size, sem.cache_output_blocks
+        )
+        cached.append([*hashes[:n_prompt], *fresh.take(n_output)])
+        temps.append(list(fresh.take(n_temp)))
+        max_hits.append(max_hit)
+    cache = spec.reference(params)
+    stream: list[Hashable] = []
+    stream_offsets = [0]
+    for blocks, held in zip(cached, temps, strict=True):
+        stream.extend(blocks)
+        stream.extend(held)
+        stream_offsets.append(len(stream))
+    cache.prepare(stream, stream_offsets)
+    request_level = isinstance(cache, RequestLevelPolicy)
+    out = np.empty(trace.n_requests, np.int64)
+    n_temps = 0
+    for r, blocks in enumerate(cached):
+        held = temps[r]
+        n_temps += len(held)
+        if request_level:
+            k = cache.prefix_blocks(blocks)  # type: ignore[attr-defined]
+        else:
+            k = 0
+            while k < len(blocks) and cache.is_resident(blocks[k]):
+                k += 1
+        out[r] = hit_tokens(code, k, max_hits[r], lengths[r], block_size)
+        if request_level:
+            decode = decode_pages(lengths[r], outputs[r], block_size, sem.cache_output_blocks)
+            cache.serve_request(blocks, min(k, max_hits[r]), len(held), decode)  # type: ignore[attr-defined]
+            continue
+        if not held:
+            cache.access_request(blocks)
+            continue
+        cache.access_request([*blocks, *held])
+        if sem.free_front:
+            _release(cache, held, params.policy)
+    counters = dict(cache.counters)
+    if code != SPEC:
+        counters["temporary_blocks"] = n_temps
+    return out, cache.resident_count(), counters
+
+
+def _release(cache: ReferencePolicy, held: Sequence[Hashable], policy: str) -> None:
+    """Free a request's temporary blocks: each leaves the cache (the slot is free) if the
+    request's own admissions have not evicted it already."""
+    for h in held:
+        if not cache.is_resident(h):
+            continue
+        try:
+            cache.remove(h)
+        except NotImplementedError:
+            raise ParameterError(
+                "policy",
+                policy,
+                "has no removal step, which the engine semantics need to free a request's "
+                "partial block (vLLM with unhashed_free=back does not)",
+            ) from None
+
+
+def _with_capacity(params: PolicyParams, capacity: int) -> PolicyParams:
+    """``params`` with another capacity, validated again (a policy whose queues need more
+    blocks refuses the usable capacity, naming it)."""
+    values = {k: v for k, v in params.to_dict().items() if k != "policy"}
+    values["capacity"] = capacity
+    return type(params)(**values)
