@@ -29,7 +29,7 @@ from prefixsim.policies import PolicyParams, get_policy
 from prefixsim.tiers import MODES, replay_tiers
 from strategies import BLOCK_SIZES, conversations, policy_params
 
-FAST = ["LRU", "S3FIFO"]
+FAST = ["LRU", "S3FIFO", "S3FIFO_LCS"]
 
 
 def steps_and_fast(trace: Trace, params: PolicyParams, block_size: int) -> None:
@@ -57,6 +57,74 @@ def test_fast_kernel_is_the_driver_on_the_bundled_trace(
     conversation: Trace, policy: str, capacity: int
 ) -> None:
     steps_and_fast(conversation, make_params(policy, capacity), 512)
+
+
+# --- S3FIFO_LCS: its steps, its fast kernel and its reference -------------------------------
+
+
+@st.composite
+def lcs_params(draw: st.DrawFn) -> PolicyParams:
+    """S3FIFO_LCS with a small queue of 2 slots or more (the steps' domain), small enough that
+    both queues, the ghost and the 2-bit clock all act."""
+    ratio = draw(st.sampled_from([0.1, 0.25, 0.34, 0.5, 0.75]))
+    capacity = draw(st.integers(1, 40))
+    while int(capacity * ratio) < 2:
+        capacity += 1
+    return make_params(
+        "S3FIFO_LCS",
+        capacity,
+        small_ratio=ratio,
+        ghost_ratio=draw(st.sampled_from([0.0, 0.3, 0.9, 2.0])),
+        move_to_main_threshold=draw(st.integers(0, 3)),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests=conversations(), params=lcs_params(), block_size=st.sampled_from(BLOCK_SIZES))
+def test_s3fifo_lcs_driver_is_its_reference_and_its_fast_kernel(  # type: ignore[no-untyped-def]
+    requests, params, block_size
+) -> None:
+    trace = make_trace(requests)
+    ref = replay_params(trace, params, block_size, engine="reference")
+    spec = get_policy("S3FIFO_LCS")
+    inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, block_size)
+    driven = single.run(spec, params, *inputs, fast=False)
+    np.testing.assert_array_equal(driven[0], ref.hit_tokens)
+    assert driven[1] == ref.final_cache_blocks
+    assert driven[2] == {k: v for k, v in ref.counters.items() if k != "block_accesses"}
+    steps_and_fast(trace, params, block_size)
+
+
+def test_s3fifo_lcs_small_queue_of_one_slot() -> None:
+    """``int(capacity * small_ratio) == 1`` admits nothing (libCacheSim): the single cache
+    replays it (fast kernel and reference: every access a miss); the steps refuse it, so a tier
+    or a cluster instance does too, naming small_ratio."""
+    trace = make_trace([(2, [1, 2]), (2, [1, 2]), (1, [1])])
+    params = make_params("S3FIFO_LCS", 10)
+    for engine in ("kernel", "reference"):
+        res = replay_params(trace, params, 1, engine=engine)  # type: ignore[arg-type]
+        assert res.hit_tokens.tolist() == [0, 0, 0] and res.final_cache_blocks == 0
+    with pytest.raises(ParameterError, match=r"small_ratio=0\.1.*admits nothing"):
+        replay_tiers(trace, [{"policy": "S3FIFO_LCS", "capacity": 10}], "inclusive", 1)
+    with pytest.raises(ParameterError, match=r"small_ratio=0\.1.*admits nothing"):
+        replay_cluster_params(trace, params, 1, 2, make_router("kv_aware"), LOAD)
+    # two slots: the steps run it, and equal the reference
+    two = make_params("S3FIFO_LCS", 20)
+    assert_clusters_agree(trace, two, 2, make_router("kv_aware"))
+
+
+def test_s3fifo_lcs_as_a_lower_tier_removes_without_a_ghost() -> None:
+    # LRU(1) over S3FIFO_LCS(20: S 2, M 18), exclusive, block_size 1.
+    # r0 [a b]: a -> T0; b evicts a into T1's S. r1 [a]: a hit in T1 (1 token), moved to T0
+    #   (removed from S, no ghost entry), b demoted into T1's S. r2 [a]: a T0 hit.
+    trace = make_trace([(2, ["a", "b"]), (1, ["a"]), (1, ["a"])])
+    tiers = [{"policy": "LRU", "capacity": 1}, {"policy": "S3FIFO_LCS", "capacity": 20}]
+    for engine in ("reference", "kernel"):
+        res = replay_tiers(trace, tiers, "exclusive", 1, engine=engine)  # type: ignore[arg-type]
+        assert res.hit_tokens.tolist() == [0, 1, 1]
+        assert res.tier_hit_tokens[1].tolist() == [0, 1, 0]  # tier 1, per request
+        assert res.tier_counters[1]["promotions_out"] == 1
+        assert res.final_tier_blocks == (1, 1)
 
 
 # --- every policy in every position of a hierarchy ------------------------------------------
