@@ -12,9 +12,9 @@ The row ``session (numpy)`` is the session router as it was before its compiled 
     python experiments/bench_cluster.py [--instances 16] [--capacity 4096] [--repeat 9]
                                         [--baseline REF]
 
-``--baseline REF`` instead times the cluster kernels (least_loaded, kv_aware) as they were at
-commit ``REF`` (exported with ``git archive``, see ``baseline_kernels.py``) against today's,
-alternating, by thread CPU time, each old result checked equal to today's per request.
+``--baseline REF`` instead times the load-aware cluster replays (least_loaded, kv_aware) as they
+were at commit ``REF`` (exported with ``git archive``, see ``baseline_kernels.py``) against
+today's, alternating, by thread CPU time, each old result checked equal to today's per request.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import numpy as np
 from prefixsim import load_trace, make_params, replay_params
 from prefixsim.cluster import LoadModel, make_router, replay_cluster_params, router_names
 from prefixsim.cluster import routers as R
-from prefixsim.cluster.kernel import CLUSTER_KERNELS
 
 ROUTER_PARAMS = {"session": {"key_blocks": 2}}
 NUMPY_SESSION = "session (numpy)"
@@ -65,44 +64,40 @@ def _numpy_session():  # type: ignore[no-untyped-def]
         R._REGISTRY["session"] = spec
 
 
-@contextlib.contextmanager
-def _cluster_kernels(kernels):  # type: ignore[no-untyped-def]
-    """``replay_cluster_params`` with ``kernels`` (policy name to cluster kernel) in place."""
-    saved = dict(CLUSTER_KERNELS)
-    CLUSTER_KERNELS.update(kernels)
-    try:
-        yield
-    finally:
-        CLUSTER_KERNELS.update(saved)
-
-
 def _against_baseline(args: argparse.Namespace) -> None:
-    """Today's cluster kernels against ``args.baseline``'s, alternating, median and best of
-    ``args.repeat`` by thread CPU time; per request equal."""
+    """Today's load-aware cluster replays against ``args.baseline``'s, alternating, median and
+    best of ``args.repeat`` by thread CPU time; per request equal. The baseline's package runs
+    its own ``replay_cluster_params`` on today's trace (its cluster kernels where it had them:
+    LRU and S3FIFO before the cluster driver)."""
     import importlib
 
     from baseline_kernels import _package
 
-    pkg = _package(args.baseline).__name__
-    old_kernels = importlib.import_module(f"{pkg}.cluster.kernel").CLUSTER_KERNELS
+    old = _package(args.baseline)
+    old_cluster = importlib.import_module(f"{old.__name__}.cluster")
     trace = load_trace(args.trace)
     load = LoadModel(args.model, args.hardware)  # type: ignore[arg-type]
+    old_load = old_cluster.LoadModel(args.model, args.hardware)
     n = trace.n_accesses
     print(f"trace {trace.name}: {n:,} accesses; {args.instances} instances x {args.capacity} "
           f"blocks; now against {args.baseline}, alternating, thread CPU time")  # fmt: skip
-    print(f"{'router':<14}{'policy':<8}{'now ms':>9}{'old ms':>9}{'now/old':>9}"
+    print(f"{'router':<14}{'policy':<16}{'now ms':>9}{'old ms':>9}{'now/old':>9}"
           f"{'now best':>10}{'old best':>10}{'Macc/s now':>12}")  # fmt: skip
     for policy in args.policies.split(","):
         params = make_params(policy, args.capacity)
+        old_params = old.make_params(policy, args.capacity)
         for name in ("least_loaded", "kv_aware"):
-            router = make_router(name)
+            router, old_router = make_router(name), old_cluster.make_router(name)
 
             def run(router=router, params=params):  # type: ignore[no-untyped-def]
                 return replay_cluster_params(trace, params, 512, args.instances, router, load)
 
-            new_res = run()
-            with _cluster_kernels(old_kernels):
-                old_res = run()
+            def run_old(router=old_router, params=old_params):  # type: ignore[no-untyped-def]
+                return old_cluster.replay_cluster_params(
+                    trace, params, 512, args.instances, router, old_load
+                )
+
+            new_res, old_res = run(), run_old()
             assert np.array_equal(new_res.hit_tokens, old_res.hit_tokens), (name, policy)
             assert np.array_equal(new_res.instance, old_res.instance), (name, policy)
             new_t, old_t = [], []
@@ -110,12 +105,11 @@ def _against_baseline(args: argparse.Namespace) -> None:
                 start = time.thread_time()
                 run()
                 new_t.append(time.thread_time() - start)
-                with _cluster_kernels(old_kernels):
-                    start = time.thread_time()
-                    run()
-                    old_t.append(time.thread_time() - start)
+                start = time.thread_time()
+                run_old()
+                old_t.append(time.thread_time() - start)
             nm, om = statistics.median(new_t), statistics.median(old_t)
-            print(f"{name:<14}{policy:<8}{nm * 1e3:>9.2f}{om * 1e3:>9.2f}{om / nm:>8.2f}x"
+            print(f"{name:<14}{policy:<16}{nm * 1e3:>9.2f}{om * 1e3:>9.2f}{om / nm:>8.2f}x"
                   f"{min(new_t) * 1e3:>10.2f}{min(old_t) * 1e3:>10.2f}"
                   f"{n / nm / 1e6:>12.1f}")  # fmt: skip
 

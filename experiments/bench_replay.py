@@ -5,10 +5,13 @@ second of the kernel (best of --repeat runs) and of the reference (one run) side
 their ratio; plus trace parse time, binary-cache load time, the kernels' first-call time (JIT
 compile or on-disk cache load, reported apart from the replays) and peak memory.
 
-With ``--baseline [REF]``, the kernels of ``--policies`` are also timed against those of commit REF
-(ebaec63 if not given; imported from that commit by ``baseline_kernels.py``): old and new
-alternate ``--repeat`` times per capacity (checked equal per request first), median by wall time
-and by the thread's CPU time. ``--grid`` adds the S3FIFO points of the 1,008-point grid
+With ``--baseline [REF]``, the replays of ``--policies`` are also timed against the kernels of
+commit REF (ebaec63 if not given; imported from that commit by ``baseline_kernels.py``; 115ee6c
+is the last commit before the drivers): the replay as shipped (a policy's fast kernel, or the
+driver), the single-cache driver over its steps, and REF's kernel alternate ``--repeat`` times
+per capacity (checked equal per request first), median by the thread's CPU time and by wall
+time. A policy REF does not have is timed as shipped and as the driver only. ``--grid`` adds
+the S3FIFO points of the 1,008-point grid
 (``bench_command.grid_1008``: 48 capacities from 256 to 131,072 x 5 ``small_ratio`` x 4
 ``max_freq``): each point's kernel call (its state's allocation included, as a sweep runs it)
 timed by the thread's CPU time, old and new alternating point by point, the 960 calls summed;
@@ -30,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import Trace, load_trace, make_params, policy_names, replay_params
+from prefixsim.engine import single
 from prefixsim.policies import get_policy
 
 BASELINE = "ebaec63"
@@ -79,7 +83,7 @@ def main() -> None:
 
     policies = args.policies.split(",")
     for policy in policies:
-        kernel = get_policy(policy).kernel
+        kernel = get_policy(policy).kernel  # the fast kernel, or the single-cache driver
         start = time.perf_counter()
         replay_params(trace, make_params(policy, 2048), 512)
         first = time.perf_counter() - start
@@ -128,26 +132,43 @@ def main() -> None:
 Run = tuple[float, float, tuple[Any, ...]]
 """One kernel call: wall seconds, the thread's CPU seconds, (hit_tokens, final size, counters)."""
 
+VARIANTS = ("new", "driver", "old")
+"""What ``--baseline`` times, alternating: ``new`` the single-cache replay as shipped (the
+policy's fast kernel if it keeps one, else the driver over its steps), ``driver`` the
+single-cache driver over the steps (``single.run(..., fast=False)``: what every composition
+inlines), ``old`` REF's kernel."""
+
 
 def kernel_runner(trace: Trace, ref: str, policies: list[str]) -> Callable[..., Run]:
-    """``run(policy, capacity, old, **params)``: one call of today's kernel (``old`` False) or
-    REF's, timed, on ``trace`` with block size 512."""
+    """``run(policy, capacity, variant, **params)``: one call of a :data:`VARIANTS` replay,
+    timed, on ``trace`` with block size 512. A policy REF does not have gets no ``old``."""
     from baseline_kernels import baseline_kernel  # the experiments folder is on sys.path
 
-    old_kernels = {p: baseline_kernel(ref, p) for p in policies}
+    old_kernels = {}
+    for p in policies:
+        try:
+            old_kernels[p] = baseline_kernel(ref, p)
+        except Exception:  # ParameterError of REF's registry: a policy newer than REF
+            continue
 
-    def run(policy: str, capacity: int, old: bool, **params: Any) -> Run:
+    def run(policy: str, capacity: int, variant: str | bool, **params: Any) -> Run:
+        variant = {True: "old", False: "new"}.get(variant, variant)  # type: ignore[arg-type]
         spec = get_policy(policy)
         new_params = make_params(policy, capacity, **params)
         cnt = np.zeros(len(spec.counter_names), np.int64)
-        inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, 512, cnt)
+        inputs = (trace.block_ids, trace.offsets, trace.input_lengths, trace.n_blocks, 512)
         wall, cpu = time.perf_counter(), time.thread_time()
-        if old:  # allocating the kernel's state is part of its time, old or new
-            out = old_kernels[policy](*inputs, capacity, **params)
+        if variant == "old":  # allocating the kernel's state is part of its time, old or new
+            out = old_kernels[policy](*inputs, cnt, capacity, **params)
         else:
-            out = spec.kernel(*inputs, *spec.kernel_inputs(new_params, trace.n_blocks))
+            hit_tokens, final, counters = single.run(
+                spec, new_params, *inputs, fast=variant == "new"
+            )
+            out = (hit_tokens, final)
+            cnt[:] = list(counters.values())
         return time.perf_counter() - wall, time.thread_time() - cpu, (*out, cnt)
 
+    run.has_old = old_kernels.__contains__  # type: ignore[attr-defined]
     return run
 
 
@@ -158,30 +179,47 @@ def check_equal(new: Run, old: Run, what: object) -> None:
 
 
 def against_baseline(trace: Trace, policies: list[str], repeat: int, ref: str) -> None:
-    """Each policy's kernel against REF's, alternating, median of ``repeat``."""
+    """Each policy's replay as shipped and its driver against REF's kernel, alternating (the
+    order rotates every round), median of ``repeat`` by the thread's CPU time."""
     run = kernel_runner(trace, ref, policies)
     n = trace.n_accesses
-    print(f"\nagainst {ref}'s kernels, alternating, median of {repeat} (M accesses/s)")
-    header = (f"{'policy':<8}{'capacity':>9}{'new wall':>10}{'new CPU':>9}"
-              f"{'old wall':>10}{'old CPU':>9}{'new/old (CPU)':>15}")  # fmt: skip
+    print(f"\nagainst {ref}'s kernels, alternating, median of {repeat}, M accesses/s by the "
+          "thread's CPU time (wall in brackets);\nnew = as shipped, driver = the steps' driver, "
+          "a/b = speed of a over b (CPU time)")  # fmt: skip
+    header = (f"{'policy':<15}{'capacity':>9}{'new':>15}{'driver':>15}{'old':>15}"
+              f"{'new/old':>11}{'driver/old':>11}{'driver/new':>11}")  # fmt: skip
     print(header)
     print("-" * len(header))
     for policy in policies:
+        variants = [v for v in VARIANTS if v != "old" or run.has_old(policy)]  # type: ignore[attr-defined]
         for capacity in CAPACITIES:
-            check_equal(run(policy, capacity, False), run(policy, capacity, True), policy)
-            times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+            first = run(policy, capacity, "new")
+            for v in variants[1:]:
+                check_equal(first, run(policy, capacity, v), (policy, capacity, v))
+            times: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
             for rep in range(repeat):
-                for is_old in (rep % 2 == 1, rep % 2 == 0):
-                    times[is_old].append(run(policy, capacity, is_old)[:2])
+                k = rep % len(variants)
+                for v in variants[k:] + variants[:k]:
+                    times[v].append(run(policy, capacity, v)[:2])
             med = {
-                k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v))
-                for k, v in times.items()
+                v: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
+                for v, ts in times.items()
             }
-            rates = [n / med[k][i] / 1e6 for k in (False, True) for i in (0, 1)]
-            print(
-                f"{policy:<8}{capacity:>9,}{rates[0]:>10.1f}{rates[1]:>9.1f}{rates[2]:>10.1f}"
-                f"{rates[3]:>9.1f}{med[True][1] / med[False][1]:>14.2f}x"
-            )
+            cells = ""
+            for v in VARIANTS:
+                if v in med:
+                    cells += f"{n / med[v][1] / 1e6:>7.1f} ({n / med[v][0] / 1e6:>5.1f})"
+                else:
+                    cells += f"{'-':>15}"
+            ratios = ""
+            for a, b in (("new", "old"), ("driver", "old"), ("driver", "new")):
+                if a in med and b in med:
+                    ratios += (
+                        f"{med[b][1] / med[a][1]:>{9 if b == 'old' and a == 'new' else 11}.2f}"
+                    )
+                else:
+                    ratios += f"{'-':>{9 if b == 'old' and a == 'new' else 11}}"
+            print(f"{policy:<15}{capacity:>9,}{cells}{ratios}")
 
 
 def grid_points() -> list[dict[str, Any]]:
@@ -203,13 +241,13 @@ def grid_against_baseline(trace: Trace, repeat: int, ref: str) -> None:
     run = kernel_runner(trace, ref, ["S3FIFO"])
     points = grid_points()
     for p in points:  # checked equal first; this also loads both kernels
-        check_equal(run("S3FIFO", old=False, **p), run("S3FIFO", old=True, **p), p)
+        check_equal(run("S3FIFO", variant="new", **p), run("S3FIFO", variant="old", **p), p)
     sums: dict[bool, list[float]] = {False: [], True: []}
     for rep in range(repeat):
         total = {False: 0.0, True: 0.0}
         for i, p in enumerate(points):
             for old in (i % 2 == rep % 2, i % 2 != rep % 2):
-                total[old] += run("S3FIFO", old=old, **p)[1]
+                total[old] += run("S3FIFO", variant=old, **p)[1]
         for old, seconds in total.items():
             sums[old].append(seconds)
     n = trace.n_accesses * len(points)

@@ -10,8 +10,9 @@ the first call (compile or disk-cache load) and peak memory.
     python experiments/bench_tiers.py [--rounds 15] [--hbm 2048] [--dram 16384] [--baseline REF]
 
 ``--baseline REF`` adds the tier kernel as it was at commit ``REF`` (exported with ``git
-archive``, see ``baseline_kernels.py``) in both modes, alternating with today's every round,
-its hit tokens per request checked equal to today's.
+archive``, see ``baseline_kernels.py``; a commit before the hierarchy driver, which had
+``tiers/kernel.py``) in both modes, alternating with today's ``replay_tiers`` every round, its
+hit tokens per request checked equal to today's.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import load_trace, make_params, replay_params
-from prefixsim.tiers import CODES, make_tier, replay_tiers, tiers_kernel
+from prefixsim.tiers import make_tier, replay_tiers
 from prefixsim.tiers.model import COUNTER_NAMES
 
 
@@ -57,16 +58,13 @@ def main() -> None:
         from baseline_kernels import _package
 
         pkg = _package(args.baseline).__name__
-        old = importlib.import_module(f"{pkg}.tiers.kernel").tiers_kernel
+        old = importlib.import_module(f"{pkg}.tiers.kernel")
         for mode in ("exclusive", "inclusive"):
             want = replay_tiers(trace, tiers, mode).hit_tokens
-            got = _call_tiers_kernel(old, trace, tiers, mode)
+            got = _call_tiers_kernel(old.tiers_kernel, old.CODES, trace, tiers, mode)
             assert np.array_equal(want, got), f"{args.baseline} differs ({mode})"
-            cases[f"kernel now {mode}"] = partial(
-                _call_tiers_kernel, tiers_kernel, trace, tiers, mode
-            )
             cases[f"kernel {args.baseline} {mode}"] = partial(
-                _call_tiers_kernel, old, trace, tiers, mode
+                _call_tiers_kernel, old.tiers_kernel, old.CODES, trace, tiers, mode
             )
     print(f"trace {trace.name}: {trace.n_requests:,} requests, {n:,} block accesses")
     for name, fn in cases.items():
@@ -94,9 +92,12 @@ def main() -> None:
     print(f"\npeak memory (max RSS): {peak:.0f} MB; {args.rounds} rounds, alternating")
 
 
-def _call_tiers_kernel(kernel: Callable[..., Any], trace: Any, tiers: list[Any], mode: str) -> Any:
-    """``kernel`` (a ``tiers_kernel``, today's or a baseline's) called as ``replay_tiers``
-    calls it, arrays allocated in the call as there; returns the hit tokens per request."""
+def _call_tiers_kernel(
+    kernel: Callable[..., Any], codes: dict[str, int], trace: Any, tiers: list[Any], mode: str
+) -> Any:
+    """``kernel`` (a baseline's ``tiers_kernel``, before the hierarchy driver) called as its
+    ``replay_tiers`` called it, arrays allocated in the call as there; returns the hit tokens
+    per request."""
     n_tiers = len(tiers)
     return kernel(
         trace.block_ids,
@@ -105,7 +106,7 @@ def _call_tiers_kernel(kernel: Callable[..., Any], trace: Any, tiers: list[Any],
         trace.n_blocks,
         512,
         mode == "exclusive",
-        np.array([CODES[t.policy] for t in tiers], np.int64),
+        np.array([codes[t.policy] for t in tiers], np.int64),
         np.array([t.params.capacity for t in tiers], np.int64),
         np.array([getattr(t.params, "small_cap", 0) for t in tiers], np.int64),
         np.array([getattr(t.params, "max_freq", 0) for t in tiers], np.int64),

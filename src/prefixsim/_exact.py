@@ -9,9 +9,14 @@ int64 sum cannot wrap (``2**30`` values of magnitude below ``2**32`` sum below `
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 INT64_MAX = 2**63 - 1
+MAX_BLOCK_SIZE = 2**31 - 1
+"""The largest ``block_size``: with it, ``k * block_size`` stays in int64 for every ``k`` below
+2**31 blocks (the replays' hit tokens)."""
 _CHUNK = 1 << 30
 
 
@@ -65,6 +70,12 @@ class HitTotals:
     def overall_hit_rate(self) -> float:
         """``total_hit_tokens / total_prompt_tokens`` (0.0 for a trace with no prompt tokens)."""
         return self.totals()[2]
+
+    def report_totals(self) -> dict[str, Any]:
+        """The report's totals (``overall_hit_rate``, ``total_hit_tokens``,
+        ``total_prompt_tokens``), as the specification names them."""
+        hit, prompt, rate = self.totals()
+        return {"overall_hit_rate": rate, "total_hit_tokens": hit, "total_prompt_tokens": prompt}
 
     def totals(self) -> tuple[int, int, float]:
         """``(total_hit_tokens, total_prompt_tokens, overall_hit_rate)``, each sum taken once:

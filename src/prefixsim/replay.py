@@ -8,30 +8,41 @@ request in trace order,
 2. hit tokens = ``min(k * block_size, input_length)``;
 3. then every block of the request, hit or miss, is accessed in order through the policy.
 
-``engine="kernel"`` runs the policy's compiled kernel over dense block ids; ``"reference"`` runs
-the plain-Python reference with the loop below. Tests hold the two equal per request.
+``engine="kernel"`` runs the compiled single-cache driver over the policy's steps (or the
+policy's fast kernel, :mod:`prefixsim.engine.single`) on dense block ids; ``"reference"`` runs
+the plain-Python reference with :func:`reference_request`, the reference driver of one cache.
+Tests hold the two equal per request.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from ._exact import HitTotals
+from ._exact import MAX_BLOCK_SIZE, HitTotals
+from .engine import single
 from .errors import ParameterError
-from .policies import PolicyParams, get_policy
+from .policies import PolicyParams, ReferencePolicy, get_policy
 from .policies.base import check_int, check_state_fits
 from .semantics import Semantics, replay_arrays
 from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
 ENGINES: tuple[str, ...] = ("kernel", "reference")
-MAX_BLOCK_SIZE = 2**31 - 1
+
+
+def check_engine(engine: object) -> None:
+    """``engine`` is one of :data:`ENGINES`, or a one-line :class:`ParameterError`."""
+    if engine not in ENGINES:
+        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+
+
+__all__ = ["MAX_BLOCK_SIZE"]  # it lives in prefixsim._exact (the trace loader checks it too)
 
 
 def make_params(policy: str = "S3FIFO", capacity: int = 4096, **policy_params: Any) -> PolicyParams:
@@ -87,9 +98,7 @@ class ReplayResult(HitTotals):
     def to_report(self, per_request: bool = True) -> dict[str, Any]:
         """The specification's report, plus the parameters and counters used."""
         report: dict[str, Any] = {
-            "overall_hit_rate": self.overall_hit_rate,
-            "total_hit_tokens": self.total_hit_tokens,
-            "total_prompt_tokens": self.total_prompt_tokens,
+            **self.report_totals(),
             "final_cache_blocks": self.final_cache_blocks,
             "cache_capacity_blocks": self.cache_capacity_blocks,
             "block_size": self.block_size,
@@ -159,9 +168,9 @@ def replay_params(
     sem = Semantics.of(semantics)
     # Bounded so that k * block_size cannot overflow the kernels' int64 (k < 2**31 blocks).
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_engine(engine)
     check_block_size_matches(trace, block_size)
     spec = get_policy(params.policy)
-    names = spec.counter_names
     start = time.perf_counter()
     if engine not in ENGINES:
         raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
@@ -170,21 +179,17 @@ def replay_params(
     elif engine == "kernel":
         # the kernel's state for this trace, refused before it is allocated if it cannot fit
         check_state_fits(params, trace.n_blocks, trace.n_accesses)
-        cnt = np.zeros(len(names), np.int64)
-        hit_tokens, final = spec.kernel(
+        hit_tokens, final, counters = single.run(
+            spec,
+            params,
             trace.block_ids,
             trace.offsets,
             trace.input_lengths,
             trace.n_blocks,
             block_size,
-            cnt,
-            *spec.kernel_inputs(params, trace.n_blocks),
         )
-        counters = dict(zip(names, cnt.tolist(), strict=True))
-    elif engine == "reference":
-        hit_tokens, final, counters = _reference_replay(trace, params, block_size)
     else:
-        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+        hit_tokens, final, counters = _reference_replay(trace, params, block_size)
     seconds = time.perf_counter() - start
     return ReplayResult(
         params=params,
@@ -201,10 +206,34 @@ def replay_params(
     )
 
 
+def reference_hit_tokens(
+    cache: ReferencePolicy, hash_ids: Sequence[Hashable], input_length: int, block_size: int
+) -> int:
+    """The specification's rule on one reference cache as it is now, read-only: ``k`` = the
+    leading blocks resident (stopping at the first that is not), hit tokens
+    ``min(k * block_size, input_length)``."""
+    k = 0
+    while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
+        k += 1
+    return min(k * block_size, input_length)
+
+
+def reference_request(
+    cache: ReferencePolicy, hash_ids: Sequence[Hashable], input_length: int, block_size: int
+) -> int:
+    """One request on one reference cache: its hit tokens at arrival
+    (:func:`reference_hit_tokens`), then every block accessed in order through the policy's
+    steps (:meth:`~prefixsim.policies.ReferencePolicy.access_request`)."""
+    hit_tokens = reference_hit_tokens(cache, hash_ids, input_length, block_size)
+    cache.access_request(hash_ids)
+    return hit_tokens
+
+
 def _reference_replay(
     trace: Trace, params: PolicyParams, block_size: int
 ) -> tuple[np.ndarray, int, dict[str, int]]:
-    """The replay loop of the specification, over the plain-Python reference policy."""
+    """The reference driver of one cache: :func:`reference_request` for every request in trace
+    order, over the plain-Python reference policy (``prepare``d with the whole stream)."""
     cache = get_policy(params.policy).reference(params)
     block_ids = trace.block_ids.tolist()
     offsets = trace.offsets.tolist()
@@ -212,9 +241,5 @@ def _reference_replay(
     hit_tokens = np.empty(trace.n_requests, np.int64)
     for r, input_length in enumerate(trace.input_lengths.tolist()):
         hash_ids = block_ids[offsets[r] : offsets[r + 1]]
-        k = 0
-        while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
-            k += 1
-        hit_tokens[r] = min(k * block_size, input_length)
-        cache.access_request(hash_ids)
+        hit_tokens[r] = reference_request(cache, hash_ids, input_length, block_size)
     return hit_tokens, cache.resident_count(), dict(cache.counters)

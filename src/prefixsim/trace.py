@@ -28,12 +28,11 @@ import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
 from . import _trace_cache, formats
-from ._exact import INT64_MAX, exact_sum, first_running_total_over
+from ._exact import INT64_MAX, MAX_BLOCK_SIZE, exact_sum, first_running_total_over
 from .errors import ParameterError, TraceError
 from .formats import TraceOptions, mooncake_stream
 
@@ -201,9 +200,9 @@ def load_trace(
     plain = format in (None, "mooncake") and not chain and (options is None or not options.chain)
     if plain and (options is None or options.format in (None, "mooncake")):
         # Large ordinary Mooncake files: streamed through a compiled parser (falls back here).
-        streamed = mooncake_stream.try_load(path, given, use_cache)
+        streamed = _load_streamed(path, given, use_cache)
         if streamed is not None:
-            return cast(Trace, streamed)
+            return streamed
     raw = _read_bytes(path, display)
     # Formats other than plain Mooncake (their own modules): a small dispatch on the options.
     opts = options or TraceOptions()
@@ -211,9 +210,7 @@ def load_trace(
         opts = dataclasses.replace(opts, format=format or opts.format, chain=chain or opts.chain)
     fmt = opts.format or formats.detect_format(raw, display)
     if fmt != "mooncake" or opts.chain:
-        return cast(
-            Trace, formats.load_derived(given, raw, display, fmt, opts, block_size, use_cache)
-        )
+        return _load_derived(given, raw, display, fmt, opts, block_size, use_cache)
     key = hashlib.sha256(raw).hexdigest() if use_cache else None
     if key is not None:
         cached = _trace_cache.load(key)
@@ -226,6 +223,118 @@ def load_trace(
         data = raw
         sha256 = key or hashlib.sha256(raw).hexdigest()
     trace = Trace(name=given, sha256=sha256, **_parse_jsonl(data, display))
+    if key is not None:
+        _trace_cache.store(key, trace)
+    return trace
+
+
+def _load_streamed(path: Path, given: str, use_cache: bool) -> Trace | None:
+    """The :class:`Trace` of a large ordinary Mooncake file, parsed as a stream
+    (:mod:`prefixsim.formats.mooncake_stream`), or None when the ordinary loader must run
+    (small or unusual file, another format, anything to report).
+
+    With the cache, the file's sha256 (the cache key; a plain file's content hash too) comes
+    first, and the parser (numba's first use in a process takes about a second) is loaded only
+    on a miss: a process that finds the trace cached and replays elsewhere (a sweep's parent)
+    never loads it. Without the cache, the sha256 runs on another thread while the file is
+    parsed."""
+    if not mooncake_stream.is_candidate(path):
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 20)
+        if formats.detect_format(head, given) != "mooncake":
+            return None
+    except (OSError, TraceError):
+        return None
+    hasher = mooncake_stream._Sha256Thread(path)
+    key = None
+    if use_cache:
+        key = hasher.get()
+        if key is None:
+            return None
+        cached = _trace_cache.load(key)
+        if cached is not None:
+            return Trace(name=given, **cached)
+    parsed = mooncake_stream._parse_file(path, content_sha=head[:2] == b"\x1f\x8b", raw_sha256=None)
+    raw = hasher.get()
+    if parsed is None or raw is None:
+        return None
+    fields, sha = parsed
+    trace = Trace(name=given, sha256=sha or raw, **fields)
+    if key is not None:
+        _trace_cache.store(key, trace)
+    return trace
+
+
+def _load_derived(
+    given: str,
+    raw: bytes,
+    display: str,
+    fmt: str,
+    opts: TraceOptions,
+    block_size: int | None,
+    use_cache: bool,
+) -> Trace:
+    """Parse (or read from the cache) a token or chat trace at ``block_size``, or a Mooncake
+    trace with ``chain`` (:mod:`prefixsim.formats`): the :class:`Trace`."""
+    from .policies.base import check_int  # the engine, for the block size check only
+
+    if formats.needs_block_size(fmt):
+        if block_size is None:
+            raise ParameterError(
+                "block_size",
+                None,
+                f"a {fmt} trace is hashed into blocks of block_size tokens: give block_size "
+                "(--block-size)",
+            )
+        block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    else:
+        block_size = None
+    if opts.chain and fmt != "mooncake":
+        raise ParameterError("chain", True, f"only for mooncake traces; {fmt} traces are chained")
+    if fmt == "chat":  # before the cache: a trace parsed with a template now refused is not read
+        from .formats.chat import template_parts
+
+        template_parts(opts.chat_template)
+    tokenizer_sha = None
+    if fmt == "chat" and opts.tokenizer != "bytes":
+        from .formats.chat import tokenizer_file_sha
+
+        tokenizer_sha = tokenizer_file_sha(opts.tokenizer)
+    raw_sha = hashlib.sha256(raw).hexdigest()
+    key = (
+        formats.derived_sha256(raw_sha, fmt, block_size, opts, tokenizer_sha) if use_cache else None
+    )
+    if key is not None:
+        cached = _trace_cache.load(key)
+        if cached is not None:
+            return Trace(name=given, **cached, block_size=block_size)
+    data = _gunzip(raw, display) if raw.startswith(b"\x1f\x8b") else raw
+    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    sha = formats.derived_sha256(
+        hashlib.sha256(data).hexdigest(), fmt, block_size, opts, tokenizer_sha
+    )
+    if fmt == "mooncake":
+        fields = _parse_jsonl(data, display)
+        h0, h1, offsets = formats.hashing.chain_hashes(
+            fields["block_ids"].astype(np.int64), fields["offsets"], 1
+        )
+        fields["block_ids"], fields["n_blocks"] = formats.hashing.intern_blocks(
+            h0, h1, offsets, display
+        )
+    else:
+        assert block_size is not None
+        from .formats.tokens import hash_tokens, parse_tokens
+
+        if fmt == "tokens":
+            table = parse_tokens(body, display)
+        else:
+            from .formats.chat import parse_chat
+
+            table = parse_chat(body, display, opts)
+        fields = hash_tokens(table, block_size, display)
+    trace = Trace(name=given, sha256=sha, **fields, block_size=block_size)
     if key is not None:
         _trace_cache.store(key, trace)
     return trace

@@ -1,33 +1,24 @@
 """The cluster replay of ``docs/cluster.md`` in plain Python, written for reading.
 
-One reference policy per instance; for each request in trace order the router chooses an
-instance from the caches and loads as they are at arrival, the request is replayed there as in
-the single-cache specification, and the load model queues it first come first served.
+The reference driver of a cluster: one reference policy per instance; for each request in trace
+order the router chooses an instance from the caches and loads as they are at arrival, the
+request is replayed there by the single cache's reference request
+(:func:`prefixsim.replay.reference_request`), and the load model queues it first come first
+served. An offline policy (behind a static router only) is first told each instance's future.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..policies import PolicyParams, get_policy
-from ..policies.base import ReferencePolicy
+from ..policies import PolicyParams, ReferencePolicy, get_policy
+from ..replay import reference_hit_tokens, reference_request
 from ..trace import Trace
 from .load import LoadModel, prefill_seconds
 from .routers import RouterParams, get_router
-
-
-def prefix_hit_tokens(
-    cache: ReferencePolicy, hash_ids: Sequence[Hashable], input_length: int, block_size: int
-) -> int:
-    """``min(k * block_size, input_length)``, ``k`` the leading resident blocks."""
-    k = 0
-    while k < len(hash_ids) and cache.is_resident(hash_ids[k]):
-        k += 1
-    return min(k * block_size, input_length)
 
 
 @dataclass
@@ -47,7 +38,7 @@ class _View:
         return len(self.caches)
 
     def hit_tokens(self, instance: int) -> int:
-        return prefix_hit_tokens(
+        return reference_hit_tokens(
             self.caches[instance], self.hash_ids, self.input_length, self.block_size
         )
 
@@ -72,14 +63,22 @@ class RawCluster:
     counters: list[dict[str, int]]  # per instance, the policy's counter_names
 
 
-def reference_cluster(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    instances: int,
-    router: RouterParams,
-    load: LoadModel | None,
-) -> RawCluster:
+@dataclass(frozen=True)
+class Setup:
+    """A cluster replay's inputs, validated (by ``replay_cluster_params``): each instance's
+    policy, the block size, the instances, the router and the load model (None: none)."""
+
+    params: PolicyParams
+    block_size: int
+    instances: int
+    router: RouterParams
+    load: LoadModel | None
+
+
+def reference_cluster(trace: Trace, setup: Setup) -> RawCluster:
+    params, block_size, instances, router, load = (
+        setup.params, setup.block_size, setup.instances, setup.router, setup.load,
+    )  # fmt: skip
     spec = get_policy(params.policy)
     caches = [spec.reference(params) for _ in range(instances)]
     chooser = get_router(router.router).reference(router, instances, trace)
@@ -92,6 +91,14 @@ def reference_cluster(
     instance = np.empty(n, np.int32)
     hits = np.empty(n, np.int64)
     delay, prefill, service = np.empty(n), np.empty(n), np.empty(n)
+    if spec.offline:  # a static router (checked by the caller): each instance's future first
+        views = (_View(caches, free, 0.0, [], 0, block_size, consts) for _ in range(n))
+        placed = [chooser.choose(r, view) for r, view in enumerate(views)]
+        for i, cache in enumerate(caches):
+            own = [r for r in range(n) if placed[r] == i]
+            stream = [b for r in own for b in block_ids[offsets[r] : offsets[r + 1]]]
+            lengths = [offsets[r + 1] - offsets[r] for r in own]
+            cache.prepare(stream, np.cumsum([0, *lengths]).tolist())
     for r in range(n):
         hash_ids = block_ids[offsets[r] : offsets[r + 1]]
         input_length = int(trace.input_lengths[r])
@@ -100,8 +107,7 @@ def reference_cluster(
         i = chooser.choose(r, view)
         instance[r] = i
         # On instance i, exactly the single-cache replay: prefix at arrival, then the accesses.
-        hits[r] = prefix_hit_tokens(caches[i], hash_ids, input_length, block_size)
-        caches[i].access_request(hash_ids)
+        hits[r] = reference_request(caches[i], hash_ids, input_length, block_size)
         if load is not None and consts is not None:
             # First come, first served on instance i.
             p = prefill_seconds.py_func(input_length, int(hits[r]), *consts)

@@ -5,13 +5,16 @@
 * routers with an ``assign`` (round_robin, random, session) route the whole trace first, then
   each instance's sub-trace is replayed by the policy's own single-cache kernel (exact: the
   instances are independent and a sub-trace keeps the trace order), then the FCFS kernel;
-* least_loaded and kv_aware run the cluster kernel of :mod:`prefixsim.cluster.kernel` (S3FIFO,
-  LRU); other policies fall back to the reference with a logged warning.
+* least_loaded and kv_aware run the cluster driver of :mod:`prefixsim.cluster.driver`, any
+  online policy.
+
+An offline policy (BELADY) runs behind the static routers only: they place every request before
+any replay, so each instance's future is known (its sub-trace); a router that looks at the
+caches or the load places a request from hits that depend on that future.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -22,21 +25,20 @@ import numpy as np
 
 from .._exact import HitTotals
 from .._memory import check_fits
+from ..engine import single
 from ..errors import ParameterError
 from ..hardware import HardwareProfile
 from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
-from ..policies.base import ReferencePolicy, check_int, check_state_fits
-from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, make_params
+from ..policies.base import check_int, check_state_fits
+from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
 from ..semantics import Semantics
 from ..trace import Trace, load_trace
-from .kernel import CLUSTER_KERNELS
+from . import driver as cluster_driver
 from .load import LoadModel, fcfs_kernel, split_subtraces
 from .modes import check_router, semantics_cluster
-from .reference import RawCluster, reference_cluster
+from .reference import RawCluster, Setup, reference_cluster
 from .routers import RouterParams, get_router, make_router
-
-log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 4096
 
@@ -231,14 +233,18 @@ def check_cluster(
             router.router,
             "needs the load model: give a model and a hardware profile",
         )
-    policy = get_policy(params.policy)
-    if policy.reference.prepare is not ReferencePolicy.prepare:
+    if get_policy(params.policy).offline and spec.assign is None:
         raise ParameterError(
-            "policy", params.policy, "offline policies cannot be run behind a router"
+            "policy",
+            params.policy,
+            f"is offline: it needs each instance's future, which router {router.router} only "
+            "decides as it goes (the static routers round_robin, random and session take it)",
         )
-    if engine not in ENGINES:
-        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
-    check_router(Semantics.of(semantics), router)
+    check_engine(engine)
+    sem = Semantics.of(semantics)
+    check_router(sem, router)
+    if engine == "kernel" and sem.name == "spec":
+        get_policy(params.policy).compiled_steps()  # a policy with a reference only is refused
     key = router.state_key
     check_fits(
         key,
@@ -248,7 +254,11 @@ def check_cluster(
     )
     copies = instances if spec.assign is None else 1  # one sub-trace at a time otherwise
     n_blocks, n_accesses = (0, 0) if trace is None else (trace.n_blocks, trace.n_accesses)
-    check_state_fits(params, n_blocks, n_accesses, copies=copies)
+    # The cluster driver's (instance, block) -> pair id map beside the instances' states
+    pairs = 0
+    if spec.assign is None:
+        pairs = cluster_driver.pair_map_bytes(n_blocks, n_accesses, instances)
+    check_state_fits(params, n_blocks, n_accesses, copies=copies, extra=pairs)
     if load is not None and trace is not None:
         load.check_trace(trace.input_lengths, block_size)
     return block_size, instances
@@ -270,6 +280,7 @@ def replay_cluster_params(
     block_size, instances = check_cluster(
         params, block_size, instances, router, load, trace, engine=engine, semantics=sem
     )
+    setup = Setup(params, block_size, instances, router, load)
     spec = get_router(router.router)
     start = time.perf_counter()
     if sem.name != "spec":
@@ -277,19 +288,11 @@ def replay_cluster_params(
             trace, params, block_size, instances, router, load, sem, engine
         )
     elif engine == "reference":
-        raw = reference_cluster(trace, params, block_size, instances, router, load)
+        raw = reference_cluster(trace, setup)
     elif spec.assign is not None:
-        raw = _static_cluster(trace, params, block_size, instances, router, load)
-    elif params.policy in CLUSTER_KERNELS:
-        raw = _dynamic_cluster(trace, params, block_size, instances, router, load)
+        raw = _static_cluster(trace, setup)
     else:
-        log.warning(
-            "router %s: no cluster kernel for %s; running the reference (slow)",
-            router.router,
-            params.policy,
-        )
-        engine = "reference"
-        raw = reference_cluster(trace, params, block_size, instances, router, load)
+        raw = _dynamic_cluster(trace, setup)
     seconds = time.perf_counter() - start
     # Exact: float64 sums of integers below 2**53 (there are fewer accesses than that).
     per_instance_accesses = np.bincount(
@@ -325,18 +328,12 @@ def _arrival_seconds(trace: Trace) -> np.ndarray:
     return trace.timestamps / 1000.0  # the trace's ms as seconds (the reference's division)
 
 
-def _static_cluster(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    instances: int,
-    router: RouterParams,
-    load: LoadModel | None,
-) -> RawCluster:
-    """Route first, then each instance's sub-trace through the single-cache kernel."""
-    spec = get_policy(params.policy)
-    assign = get_router(router.router).assign
-    instance = np.asarray(assign(router, instances, trace), np.int32)
+def _static_cluster(trace: Trace, setup: Setup) -> RawCluster:
+    """Route first, then each instance's sub-trace through the single-cache replay."""
+    spec = get_policy(setup.params.policy)
+    instances, block_size, load = setup.instances, setup.block_size, setup.load
+    assign = get_router(setup.router.router).assign
+    instance = np.asarray(assign(setup.router, instances, trace), np.int32)
     hits = np.zeros(trace.n_requests, np.int64)
     finals: list[int] = []
     counters: list[dict[str, int]] = []
@@ -348,19 +345,18 @@ def _static_cluster(
         # offsets_all holds each instance's offsets (n_i + 1 of them) one after the other.
         sub_offsets = offsets_all[req_start[i] + i : req_start[i + 1] + i + 1]
         sub_blocks = blocks_all[acc_start[i] : acc_start[i + 1]]
-        cnt = np.zeros(len(spec.counter_names), np.int64)
-        sub_hits, final = spec.kernel(
+        sub_hits, final, sub_counters = single.run(
+            spec,
+            setup.params,
             sub_blocks,
             sub_offsets,
             trace.input_lengths[rows],
             int(n_local[i]),
             block_size,
-            cnt,
-            *spec.kernel_inputs(params, int(n_local[i])),
         )
         hits[rows] = sub_hits
-        finals.append(int(final))
-        counters.append(dict(zip(spec.counter_names, cnt.tolist(), strict=True)))
+        finals.append(final)
+        counters.append(sub_counters)
     delay = prefill = service = None
     if load is not None:
         delay, prefill, service = fcfs_kernel(
@@ -376,44 +372,27 @@ def _static_cluster(
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)
 
 
-def _pair_table(trace: Trace, instances: int) -> np.ndarray:
-    """The cluster kernel's map from (block, instance) to pair id + 1, all 0 (no pair yet).
-    ``np.zeros`` leaves untouched pages unallocated; int64 only when the pair ids (at most one
-    per block access) could pass int32."""
-    dtype = np.int32 if trace.n_accesses < 2**31 - 1 else np.int64
-    return np.zeros(trace.n_blocks * instances, dtype)
-
-
-def _dynamic_cluster(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    instances: int,
-    router: RouterParams,
-    load: LoadModel | None,
-) -> RawCluster:
-    """least_loaded / kv_aware: the cluster kernel with every instance's state."""
+def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
+    """least_loaded / kv_aware: the cluster driver over every instance's state."""
+    load, instances = setup.load, setup.instances
     assert load is not None  # needs_load routers were checked by the caller
-    spec = get_policy(params.policy)
-    kernel = CLUSTER_KERNELS[params.policy]
-    cnt = np.zeros((instances, len(spec.counter_names)), np.int64)
-    weight = float(getattr(router, "overlap_weight", 0.0))
-    instance, hits, delay, prefill, service, finals = kernel(
-        trace.block_ids,
-        trace.offsets,
-        trace.input_lengths,
-        trace.output_lengths,
+    spec = get_policy(setup.params.policy)
+    instance, hits, delay, prefill, service, cnt = cluster_driver.run(
+        spec.compiled_steps(),
+        setup.params,
+        trace,
         _arrival_seconds(trace),
-        trace.n_blocks,
-        block_size,
+        setup.block_size,
         instances,
-        get_router(router.router).kernel_code,
-        weight,
+        get_router(setup.router.router).kernel_code,
+        float(getattr(setup.router, "overlap_weight", 0.0)),
         load.decode_seconds_per_token,
-        load.constants(block_size),
-        cnt,
-        _pair_table(trace, instances),
-        *spec.kernel_args(params),
+        load.constants(setup.block_size),
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
-    return RawCluster(instance, hits, delay, prefill, service, finals.tolist(), counters)
+    # Every admission adds one resident block, every eviction takes one out.
+    accesses = np.bincount(instance, weights=np.diff(trace.offsets), minlength=instances)
+    finals = [
+        int(a) - c["block_hits"] - c["evictions"] for a, c in zip(accesses, counters, strict=True)
+    ]
+    return RawCluster(instance, hits, delay, prefill, service, finals, counters)

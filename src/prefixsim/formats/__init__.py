@@ -17,11 +17,7 @@ import hashlib
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
-from .. import _trace_cache
 from ..errors import ParameterError, TraceError
 from . import hashing
 
@@ -173,72 +169,3 @@ def derived_sha256(
 def needs_block_size(fmt: str) -> bool:
     """Whether the blocks of a trace in ``fmt`` depend on the block size."""
     return fmt in ("tokens", "chat")
-
-
-def load_derived(
-    given: str,
-    raw: bytes,
-    display: str,
-    fmt: str,
-    opts: TraceOptions,
-    block_size: int | None,
-    use_cache: bool,
-) -> Any:
-    """Parse (or read from the cache) a token or chat trace at ``block_size``, or a Mooncake
-    trace with ``chain``: the :class:`~prefixsim.trace.Trace`."""
-    from ..policies.base import check_int
-    from ..replay import MAX_BLOCK_SIZE
-    from ..trace import Trace, _gunzip, _parse_jsonl
-
-    if needs_block_size(fmt):
-        if block_size is None:
-            raise ParameterError(
-                "block_size",
-                None,
-                f"a {fmt} trace is hashed into blocks of block_size tokens: give block_size "
-                "(--block-size)",
-            )
-        block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
-    else:
-        block_size = None
-    if opts.chain and fmt != "mooncake":
-        raise ParameterError("chain", True, f"only for mooncake traces; {fmt} traces are chained")
-    if fmt == "chat":  # before the cache: a trace parsed with a template now refused is not read
-        from .chat import template_parts
-
-        template_parts(opts.chat_template)
-    tokenizer_sha = None
-    if fmt == "chat" and opts.tokenizer != "bytes":
-        from .chat import tokenizer_file_sha
-
-        tokenizer_sha = tokenizer_file_sha(opts.tokenizer)
-    raw_sha = hashlib.sha256(raw).hexdigest()
-    key = derived_sha256(raw_sha, fmt, block_size, opts, tokenizer_sha) if use_cache else None
-    if key is not None:
-        cached = _trace_cache.load(key)
-        if cached is not None:
-            return Trace(name=given, **cached, block_size=block_size)
-    data = _gunzip(raw, display) if raw.startswith(b"\x1f\x8b") else raw
-    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
-    sha = derived_sha256(hashlib.sha256(data).hexdigest(), fmt, block_size, opts, tokenizer_sha)
-    if fmt == "mooncake":
-        fields = _parse_jsonl(data, display)
-        h0, h1, offsets = hashing.chain_hashes(
-            fields["block_ids"].astype(np.int64), fields["offsets"], 1
-        )
-        fields["block_ids"], fields["n_blocks"] = hashing.intern_blocks(h0, h1, offsets, display)
-    else:
-        assert block_size is not None
-        from .tokens import hash_tokens, parse_tokens
-
-        if fmt == "tokens":
-            table = parse_tokens(body, display)
-        else:
-            from .chat import parse_chat
-
-            table = parse_chat(body, display, opts)
-        fields = hash_tokens(table, block_size, display)
-    trace = Trace(name=given, sha256=sha, **fields, block_size=block_size)
-    if key is not None:
-        _trace_cache.store(key, trace)
-    return trace

@@ -29,6 +29,7 @@ from .jsonl import (
     _non_blank_lines,
     read_json_screened,
 )
+from .mooncake_stream import _dense_ids
 from .sessions import SESSION_KEY, check_session_id, dense_session_ids
 
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -118,36 +119,6 @@ def _parse_fast(body: bytes, lines: _Lines | None = None) -> dict[str, Any] | No
         n_blocks,
         line_numbers,
     )
-
-
-def _dense_ids(flat: np.ndarray) -> tuple[np.ndarray, int]:
-    """Int64 hash ids remapped to ``0..n-1`` in order of first appearance."""
-    n = len(flat)
-    if n == 0:
-        return np.empty(0, dtype=np.int32), 0
-    lo, hi = int(flat.min()), int(flat.max())
-    span = hi - lo + 1
-    if span <= 4 * n + (1 << 16):  # compact ids (Mooncake's): a lookup table, no sort of all ids
-        shifted = flat - lo
-        positions = np.arange(n, dtype=np.int64)
-        first = np.full(span, n, dtype=np.int64)
-        np.minimum.at(first, shifted, positions)
-        new_ids = shifted[first[shifted] == positions]  # in order of first appearance
-        table = np.zeros(span, dtype=np.int32)
-        table[new_ids] = np.arange(len(new_ids), dtype=np.int32)
-        return table[shifted], len(new_ids)
-    order = np.argsort(flat, kind="stable")
-    ordered = flat[order]
-    starts_group = np.empty(n, dtype=bool)
-    starts_group[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts_group[1:])
-    group = np.cumsum(starts_group) - 1  # sorted-value rank of each id, in sorted order
-    first = order[starts_group]  # first position of each distinct value (stable sort)
-    rank = np.empty(len(first), dtype=np.int32)
-    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)
-    dense = np.empty(n, dtype=np.int32)
-    dense[order] = rank[group]
-    return dense, len(first)
 
 
 # -- exact path: stdlib json, line by line -----------------------------------------------------

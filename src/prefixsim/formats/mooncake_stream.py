@@ -1,6 +1,6 @@
 """Streaming parse of ordinary Mooncake traces: a compiled strict-subset parser, chunk by chunk.
 
-For traces of millions of requests, :func:`try_load` reads the file in chunks (decompressing
+For traces of millions of requests, :func:`parse` reads the file in chunks (decompressing
 gzip as a stream), parses each chunk's complete lines with a numba kernel and maps the
 ``hash_ids`` to dense ids as it goes, so the file's bytes are never all in memory and the peak
 is about the final arrays plus one chunk and the id table.
@@ -328,11 +328,39 @@ class _Builder:
 _TOO_MANY = np.empty(0, np.int64)
 
 
+def _dense_ids(flat: np.ndarray) -> tuple[np.ndarray, int]:
+    """Int64 hash ids remapped to ``0..n-1`` in order of first appearance."""
+    n = len(flat)
+    if n == 0:
+        return np.empty(0, dtype=np.int32), 0
+    lo, hi = int(flat.min()), int(flat.max())
+    span = hi - lo + 1
+    if span <= 4 * n + (1 << 16):  # compact ids (Mooncake's): a lookup table, no sort of all ids
+        shifted = flat - lo
+        positions = np.arange(n, dtype=np.int64)
+        first = np.full(span, n, dtype=np.int64)
+        np.minimum.at(first, shifted, positions)
+        new_ids = shifted[first[shifted] == positions]  # in order of first appearance
+        table = np.zeros(span, dtype=np.int32)
+        table[new_ids] = np.arange(len(new_ids), dtype=np.int32)
+        return table[shifted], len(new_ids)
+    order = np.argsort(flat, kind="stable")
+    ordered = flat[order]
+    starts_group = np.empty(n, dtype=bool)
+    starts_group[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_group[1:])
+    group = np.cumsum(starts_group) - 1  # sorted-value rank of each id, in sorted order
+    first = order[starts_group]  # first position of each distinct value (stable sort)
+    rank = np.empty(len(first), dtype=np.int32)
+    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)
+    dense = np.empty(n, dtype=np.int32)
+    dense[order] = rank[group]
+    return dense, len(first)
+
+
 def _dense_sessions(keys: np.ndarray) -> np.ndarray:
     """Session keys to dense ids ``0, 1, ...`` in order of first appearance, -1 for none (as
     :func:`prefixsim.formats.sessions.dense_session_ids` numbers them)."""
-    from .mooncake import _dense_ids
-
     has = keys != NO_SESSION
     if int(np.count_nonzero(has)) >= 2**31:
         return _TOO_MANY  # dense ids are int32 there
@@ -373,49 +401,6 @@ class _Sha256Thread:
     def get(self) -> str | None:
         self.thread.join()
         return self.digest
-
-
-def try_load(path: Path, given: str, use_cache: bool) -> Any:
-    """The :class:`~prefixsim.trace.Trace` of a large ordinary Mooncake file, or None when the
-    ordinary loader must run (small or unusual file, another format, anything to report).
-
-    With the cache, the file's sha256 (the cache key; a plain file's content hash too) comes
-    first, and the parser (numba's first use in a process takes about a second) is loaded only
-    on a miss: a process that finds the trace cached and replays elsewhere (a sweep's parent)
-    never loads it. Without the cache, the sha256 runs on another thread while the file is
-    parsed."""
-    from .. import _trace_cache
-    from ..errors import TraceError
-    from ..trace import Trace
-    from . import detect_format
-
-    if not is_candidate(path):
-        return None
-    try:
-        with path.open("rb") as f:
-            head = f.read(1 << 20)
-        if detect_format(head, given) != "mooncake":
-            return None
-    except (OSError, TraceError):
-        return None
-    hasher = _Sha256Thread(path)
-    key = None
-    if use_cache:
-        key = hasher.get()
-        if key is None:
-            return None
-        cached = _trace_cache.load(key)
-        if cached is not None:
-            return Trace(name=given, **cached)
-    parsed = _parse_file(path, content_sha=head[:2] == b"\x1f\x8b", raw_sha256=None)
-    raw = hasher.get()
-    if parsed is None or raw is None:
-        return None
-    fields, sha = parsed
-    trace = Trace(name=given, sha256=sha or raw, **fields)
-    if key is not None:
-        _trace_cache.store(key, trace)
-    return trace
 
 
 STREAM_MIN_BYTES = 64 << 20

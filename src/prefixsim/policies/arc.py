@@ -74,11 +74,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
-from numba import njit
 
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
+from ..engine.steps import Space, Steps, counter_array
 from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
@@ -92,8 +93,6 @@ class ARCReference(ReferencePolicy):
     end (first) to its MRU end (last); a hash is in at most one of the four."""
 
     counter_names = (*COMMON_COUNTERS, "b1_hits", "b2_hits")
-
-    reports_victims = True  # a first tier only: no natural removal
 
     def __init__(self, params: ARCParams) -> None:
         super().__init__(params)
@@ -157,178 +156,149 @@ class ARCReference(ReferencePolicy):
         self.evicted(y)
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# ``where[b]`` says which list holds block b (0 = none). The four lists are doubly linked
-# through ``link[b] = (prev, next)`` from ``lhead[L]`` (LRU) to ``ltail[L]`` (MRU), -1 ending
-# them; a block is in at most one list, so one pair of links per block serves all four. The
-# list sizes are the scalars ``n_t1``, ``n_t2``, ``n_b1``, ``n_b2`` (10% faster than a size
-# array). Each access is decided first (which ghost or T1 page to drop, whether REPLACE runs,
-# where x goes), then the moves run in the paper's order: drop, REPLACE, move x.
+# --- steps ----------------------------------------------------------------------------------
+# ``where[b]`` says which list holds block b (0 = none). The four lists are engine.lists' link
+# pairs from LRU (head) to MRU (tail); a block is in at most one, so one link pair per block
+# serves all four. Per cache ``sc[12q:12q+12]`` = the ends of T1, T2, B1, B2, then |T1|, |T2|,
+# |B1|, |B2|, and ``p[q]`` its target. A miss is decided first (which ghost or T1 page to drop,
+# whether REPLACE runs, where x goes), then the moves run in the paper's order: drop, REPLACE,
+# move x.
 
 _NONE, _T1, _T2, _B1, _B2 = 0, 1, 2, 3, 4
+_N = 7  # sc[12q + _N + L] = |L|; the ends of list L are at 12q + 2 * (L - 1)
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
-# list codes (``_T1`` .. ``_B2``) and ``offsets`` positions are non-negative; an end of a list,
-# -1, is tested before it is used, and a list whose LRU entry is taken is not empty (ARC's
-# cases), so numba's negative-index fix-up is skipped (1.08-1.15x, docs/performance.md).
+class ARCState(NamedTuple):
+    link: np.ndarray
+    where: np.ndarray
+    sc: np.ndarray
+    p: np.ndarray
+    cnt: np.ndarray
+    capacity: int
 
 
-@njit(cache=True, nogil=True)
-def arc_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    where = np.zeros(n_blocks, np.int8)
-    link = np.empty((n_blocks, 2), np.int32)  # [prev (toward LRU), next (toward MRU)]
-    lhead = np.full(5, -1, np.int32)
-    ltail = np.full(5, -1, np.int32)
-    n_t1 = n_t2 = n_b1 = n_b2 = 0
-    c = capacity
-    c_real = float(capacity)
-    p = 0.0
-    hits = evictions = b1_hits = b2_hits = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first block outside T1 ∪ T2.
-        k = start
-        while k < end:
-            w = where[ix(block_ids[ix(k)])]
-            if w != _T1 and w != _T2:
-                break
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        for i in range(start, end):
-            x = block_ids[ix(i)]
-            w = where[ix(x)]
-            drop = _NONE  # list whose LRU entry is deleted first
-            rep = False  # whether REPLACE(x, p) runs
-            if w == _T1 or w == _T2:  # noqa: SIM109 (Case I)
-                hits += 1
-                if x == ltail[_T2]:
-                    continue  # already the MRU page of T2
-            elif w == _B1:  # Case II
-                b1_hits += 1
-                delta = 1.0 if n_b1 >= n_b2 else float(n_b2) / float(n_b1)
-                p = p + delta
-                if p > c_real:
-                    p = c_real
-                rep = True
-            elif w == _B2:  # Case III
-                b2_hits += 1
-                delta = 1.0 if n_b2 >= n_b1 else float(n_b1) / float(n_b2)
-                p = p - delta
-                if p < 0.0:
-                    p = 0.0
-                rep = True
-            elif n_t1 + n_b1 == c:  # Case IV A
-                if n_t1 < c:
-                    drop = _B1
-                    rep = True
-                else:
-                    drop = _T1
-            else:  # Case IV B
-                total = n_t1 + n_t2 + n_b1 + n_b2
-                if total >= c:
-                    if total == 2 * c:
-                        drop = _B2
-                    rep = True
-            if drop != _NONE:
-                # delete the LRU entry of `drop` (a ghost, or a T1 page leaving the cache)
-                y = lhead[ix(drop)]
-                n = link[ix(y), 1]
-                lhead[ix(drop)] = n
-                if n >= 0:
-                    link[ix(n), 0] = -1
-                else:
-                    ltail[ix(drop)] = -1
-                where[ix(y)] = _NONE
-                if drop == _T1:
-                    n_t1 -= 1
-                    evictions += 1
-                elif drop == _B1:
-                    n_b1 -= 1
-                else:
-                    n_b2 -= 1
-            if rep:
-                # REPLACE(x, p): the LRU page of T1 or T2 goes to the MRU end of B1 or B2
-                t1 = n_t1
-                if t1 > 0 and (t1 > p or (w == _B2 and t1 == p)):
-                    src = _T1
-                    dst = _B1
-                    n_t1 -= 1
-                    n_b1 += 1
-                else:
-                    src = _T2
-                    dst = _B2
-                    n_t2 -= 1
-                    n_b2 += 1
-                y = lhead[ix(src)]
-                n = link[ix(y), 1]
-                lhead[ix(src)] = n
-                if n >= 0:
-                    link[ix(n), 0] = -1
-                else:
-                    ltail[ix(src)] = -1
-                t = ltail[ix(dst)]
-                link[ix(y), 0] = t
-                link[ix(y), 1] = -1
-                if t >= 0:
-                    link[ix(t), 1] = y
-                else:
-                    lhead[ix(dst)] = y
-                ltail[ix(dst)] = y
-                where[ix(y)] = dst
-                evictions += 1
-            if w != _NONE:
-                # x leaves T1, T2 (Case I), B1 (Case II) or B2 (Case III) ...
-                pr = link[ix(x), 0]
-                n = link[ix(x), 1]
-                if pr >= 0:
-                    link[ix(pr), 1] = n
-                else:
-                    lhead[ix(w)] = n
-                if n >= 0:
-                    link[ix(n), 0] = pr
-                else:
-                    ltail[ix(w)] = pr
-                if w == _T1:
-                    n_t1 -= 1
-                elif w == _T2:
-                    n_t2 -= 1
-                elif w == _B1:
-                    n_b1 -= 1
-                else:
-                    n_b2 -= 1
-                dst = _T2  # ... for the MRU end of T2
-                n_t2 += 1
-            else:
-                dst = _T1  # Case IV: fetched to the MRU end of T1
-                n_t1 += 1
-            t = ltail[ix(dst)]
-            link[ix(x), 0] = t
-            link[ix(x), 1] = -1
-            if t >= 0:
-                link[ix(t), 1] = x
-            else:
-                lhead[ix(dst)] = x
-            ltail[ix(dst)] = x
-            where[ix(x)] = dst
-    cnt[0] += hits
-    cnt[1] += evictions
-    cnt[2] += b1_hits
-    cnt[3] += b2_hits
-    return hit_tokens, n_t1 + n_t2
+def arc_state(p: ARCParams, space: Space) -> ARCState:
+    return ARCState(
+        link_array(space.n_ids),
+        np.zeros(space.n_ids, np.int8),
+        scalars(space.n_caches, *([-1] * 8), 0, 0, 0, 0),
+        np.zeros(space.n_caches, np.float64),
+        counter_array(space.n_caches, ARCReference.counter_names),
+        p.capacity,
+    )
 
 
-def _kernel_args(p: ARCParams) -> tuple[int]:
-    return (p.capacity,)
+def arc_is_resident(s, q, h):
+    w = s.where[ix(h)]
+    return (w == _T1) | (w == _T2)  # B1, B2 are ghosts
+
+
+def arc_hit(s, q, h, pred):
+    # Case I: move x to the MRU position in T2.
+    e = 12 * q
+    if s.where[ix(h)] == _T2:
+        to_tail(s.link, s.sc, e + 2, h)
+        return
+    unlink(s.link, s.sc, e, h)
+    push(s.link, s.sc, e + 2, h)
+    s.where[ix(h)] = _T2
+    s.sc[ix(e + _N + _T1)] -= 1
+    s.sc[ix(e + _N + _T2)] += 1
+
+
+def arc_admit(s, q, h, pred):
+    link, sc = s.link, s.sc
+    e = 12 * q
+    c = s.capacity
+    n_t1 = sc[ix(e + _N + _T1)]
+    n_t2 = sc[ix(e + _N + _T2)]
+    n_b1 = sc[ix(e + _N + _B1)]
+    n_b2 = sc[ix(e + _N + _B2)]
+    p = s.p[ix(q)]
+    w = s.where[ix(h)]
+    drop = _NONE  # list whose LRU entry is deleted first
+    rep = False  # whether REPLACE(h, p) runs
+    victim = -1
+    if w == _B1:  # Case II
+        s.cnt[ix(q), 2] += 1
+        delta = 1.0 if n_b1 >= n_b2 else float(n_b2) / float(n_b1)
+        p = p + delta
+        if p > float(c):
+            p = float(c)
+        rep = True
+    elif w == _B2:  # Case III
+        s.cnt[ix(q), 3] += 1
+        delta = 1.0 if n_b2 >= n_b1 else float(n_b1) / float(n_b2)
+        p = p - delta
+        if p < 0.0:
+            p = 0.0
+        rep = True
+    elif n_t1 + n_b1 == c:  # Case IV A
+        if n_t1 < c:
+            drop = _B1
+            rep = True
+        else:
+            drop = _T1
+    else:  # Case IV B
+        total = n_t1 + n_t2 + n_b1 + n_b2
+        if total >= c:
+            if total == 2 * c:
+                drop = _B2
+            rep = True
+    if drop != _NONE:
+        # delete the LRU entry of `drop` (a ghost, or a T1 page leaving the cache)
+        y = pop_head(link, sc, e + 2 * (drop - 1))
+        s.where[ix(y)] = _NONE
+        if drop == _T1:
+            n_t1 -= 1
+            victim = y
+        elif drop == _B1:
+            n_b1 -= 1
+        else:
+            n_b2 -= 1
+    if rep:
+        # REPLACE(h, p): the LRU page of T1 or T2 goes to the MRU end of B1 or B2
+        if n_t1 > 0 and (n_t1 > p or (w == _B2 and n_t1 == p)):
+            src, dst = _T1, _B1
+            n_t1 -= 1
+            n_b1 += 1
+        else:
+            src, dst = _T2, _B2
+            n_t2 -= 1
+            n_b2 += 1
+        victim = pop_head(link, sc, e + 2 * (src - 1))
+        push(link, sc, e + 2 * (dst - 1), victim)
+        s.where[ix(victim)] = dst
+    if w != _NONE:  # x leaves B1 (Case II) or B2 (Case III) for the MRU end of T2
+        unlink(link, sc, e + 2 * (w - 1), h)
+        if w == _B1:
+            n_b1 -= 1
+        else:
+            n_b2 -= 1
+        dst = _T2
+        n_t2 += 1
+    else:  # Case IV: fetched to the MRU end of T1
+        dst = _T1
+        n_t1 += 1
+    push(link, sc, e + 2 * (dst - 1), h)
+    s.where[ix(h)] = dst
+    sc[ix(e + _N + _T1)] = n_t1
+    sc[ix(e + _N + _T2)] = n_t2
+    sc[ix(e + _N + _B1)] = n_b1
+    sc[ix(e + _N + _B2)] = n_b2
+    s.p[ix(q)] = p
+    return victim
+
+
+# No remove: REPLACE and Case IV assume the cache is full whenever its directory (T1 ∪ B1 ∪ T2
+# ∪ B2) holds c pages or more; a block taken out leaves room the cases do not see (REPLACE would
+# then evict while there is room, or from an empty T2).
+STEPS = Steps(ARCState, arc_state, arc_is_resident, arc_hit, arc_admit)
 
 
 def _state_bytes(p: ARCParams, n_blocks: int, n_accesses: int) -> int:
-    """``where`` (int8) and ``link`` (two int32) per block."""
-    return 9 * n_blocks
+    """:func:`arc_state` per id: ``link`` and ``where`` (int8); the per-cache scalars aside."""
+    return link_bytes(n_blocks) + n_blocks
 
 
 SPEC = register(
@@ -336,8 +306,7 @@ SPEC = register(
         name="ARC",
         params_type=ARCParams,
         reference=ARCReference,
-        kernel=arc_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

@@ -1,20 +1,25 @@
 """What every eviction policy provides, and the registry that finds it by name.
 
-A policy is three small pieces, each with one job:
+A policy is small pieces, each with one job, in its one file (``docs/policies.md`` walks through
+writing one):
 
 * a frozen ``Params`` dataclass (subclass of :class:`PolicyParams`) that validates itself;
 * a plain-Python *reference* (subclass of :class:`ReferencePolicy`) that mirrors the
   specification's pseudocode so a reader can check it line by line; it works on any hashable
   block hash;
-* a compiled *kernel* (numba ``@njit(cache=True, nogil=True)``) that replays a whole trace over
-  dense block ids ``0..n_blocks-1`` with per-block state in flat arrays. ``nogil``: a kernel
-  touches no Python object, so it releases the GIL and the sweep runs replays in parallel on
-  threads of one process (no worker processes to start).
+* its compiled *steps* (:class:`prefixsim.engine.steps.Steps`: is resident, hit, admit returning
+  its victim, remove, and the request hooks), over a state of flat arrays indexed by dense ids.
+  The compositions' drivers (one cache, a hierarchy of tiers, a cluster behind a router) own
+  the replay's rules and inline the steps, so a registered policy runs in every composition;
+* optionally a *fast kernel*: a hand-fused replay of the whole trace through one cache, used in
+  place of the single-cache driver because it measured faster, and held equal to it per
+  request by the tests.
 
-Both are driven by :func:`prefixsim.replay.replay`, which owns the longest-prefix rule, so a new
-policy plugs in by calling :func:`register` and never touches the replay.
+The references are driven the same way by the reference drivers (:mod:`prefixsim.replay`,
+:mod:`prefixsim.tiers.reference`, :mod:`prefixsim.cluster.reference`), through the reference's
+own steps (:meth:`ReferencePolicy.hit`, :meth:`~ReferencePolicy.admit`, ...).
 
-Kernel contract::
+Fast-kernel contract::
 
     kernel(block_ids, offsets, input_lengths, n_blocks, block_size, counters,
            *kernel_args, *kernel_state)
@@ -25,13 +30,8 @@ every request ``r`` (blocks ``block_ids[offsets[r]:offsets[r+1]]``) the kernel f
 leading blocks resident *at arrival* (stopping at the first non-resident one), stores
 ``min(k * block_size, input_lengths[r])``, and only then accesses every block of the request in
 order. ``counters`` (int64, zeroed, one slot per name in ``counter_names``) is filled in place.
-
 ``kernel_state`` (optional) is the kernel's working memory, fresh arrays allocated by numpy in
-Python for every call: numpy asks the operating system for transparent huge pages on large
-arrays (numba's allocator does not), and :func:`zeroed_state` faults the pages in before the
-kernel's loop rather than during it; both count once the per-block state of a trace of
-millions of requests is a gigabyte. A kernel that allocates its state itself has no
-``kernel_state``.
+Python for every call (:func:`zeroed_state`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ import numpy as np
 
 from .._exact import INT64_MAX
 from .._memory import check_fits
+from ..engine.steps import Steps
+from ..engine.steps import ix as ix  # every kernel and step indexes with it
+from ..engine.steps import zeroed_state as zeroed_state
 from ..errors import ParameterError
 
 COMMON_COUNTERS: tuple[str, ...] = ("block_hits", "evictions")
@@ -140,25 +143,35 @@ class PolicyParams:
         return tuple(f.name for f in fields(cls))
 
 
+class _Demoted:
+    def __repr__(self) -> str:
+        return "DEMOTED"
+
+
+DEMOTED: Any = _Demoted()
+"""``pred`` of a block a faster tier evicted into this one (not an access of the request)."""
+
+
 class ReferencePolicy(ABC):
     """Plain-Python reference of a policy, written for reading, not for speed.
 
     ``counters`` holds one entry per name in ``counter_names`` and is updated by ``access``.
 
-    Tier steps (``docs/tiers.md``): a hierarchy of caches (:mod:`prefixsim.tiers`) drives each
-    tier with :meth:`hit`, :meth:`admit` (which returns the blocks the policy evicted, in
-    eviction order) and :meth:`remove`. A policy that calls :meth:`evicted` for every resident
-    block it evicts sets ``reports_victims`` and can be the first tier of a hierarchy; one
-    that also implements :meth:`remove` sets ``removable`` and can be in any position. None of
-    this changes single-cache behaviour: :meth:`evicted` only counts the eviction unless a tier
-    is collecting victims.
+    Steps (``docs/policies.md``): the reference drivers run a request on a cache as
+    :meth:`begin_request`, then for each of its blocks in order :meth:`hit` (resident) or
+    :meth:`admit` (not resident; returns the resident blocks it evicted, in eviction order),
+    then :meth:`end_request` (:meth:`access_request`); a hierarchy also calls :meth:`remove`
+    when a block moves to a faster tier. ``pred``, passed to :meth:`hit` and :meth:`admit`, is
+    the block the request accessed just before in this cache (None for its first block), or
+    :data:`DEMOTED` for a block a faster tier evicted into this one. A per-block policy only
+    writes :meth:`access` (hit and miss alike) and, if it has one, :meth:`remove`; a
+    prefix-aware one writes its steps and defines :meth:`access` as a one-block request.
+    Every eviction goes through :meth:`evicted`, which counts it (and hands it to :meth:`admit`).
     """
 
     counter_names: ClassVar[tuple[str, ...]] = COMMON_COUNTERS
-    reports_victims: ClassVar[bool] = False
-    """Every eviction goes through :meth:`evicted` (the policy can feed a lower tier)."""
     removable: ClassVar[bool] = False
-    """:meth:`remove` is implemented (the policy can be a lower tier)."""
+    """:meth:`remove` is implemented (the policy can be an exclusive lower tier)."""
 
     def __init__(self, params: PolicyParams) -> None:
         self.params = params
@@ -171,22 +184,34 @@ class ReferencePolicy(ABC):
         if self._victims is not None:
             self._victims.append(h)
 
-    def hit(self, h: Hashable) -> None:
-        """Tier step: the access rule for a block that is resident here."""
+    def begin_request(self, hash_ids: Sequence[Hashable]) -> None:
+        """Step: a request starts on this cache (its blocks, in order)."""
+        return None  # a hook: a no-op unless the policy looks at whole requests
+
+    def end_request(self) -> None:
+        """Step: the request's accesses are done."""
+        return None  # a hook, as begin_request
+
+    def hit(self, h: Hashable, pred: Hashable | None = None) -> None:
+        """Step: the access rule for a block that is resident here."""
         assert self.is_resident(h)
         self.access(h)
 
-    def admit(self, h: Hashable) -> list[Hashable]:
-        """Tier step: the policy's miss path for a block that is not resident here (S3FIFO:
+    def admit(self, h: Hashable, pred: Hashable | None = None) -> list[Hashable]:
+        """Step: the policy's miss path for a block that is not resident here (S3FIFO:
         small queue, or main queue on a hit of its own ghost); returns the resident blocks it
         evicted, in eviction order."""
         assert not self.is_resident(h)
         self._victims = []
         try:
-            self.access(h)
+            self._miss(h, pred)
             return self._victims
         finally:
             self._victims = None
+
+    def _miss(self, h: Hashable, pred: Hashable | None) -> None:
+        """The miss path itself (:meth:`admit` collects what it evicts)."""
+        self.access(h)
 
     def remove(self, h: Hashable) -> None:
         """Tier step: take resident block ``h`` out, leaving no trace (no ghost entry, not an
@@ -213,43 +238,20 @@ class ReferencePolicy(ABC):
         return None  # an optional hook: a no-op unless a policy needs it
 
     def access_request(self, hash_ids: Sequence[Hashable]) -> None:
-        """Access a request's blocks in order, after its prefix scan.
-
-        Policies that care how a request's blocks relate to each other (prefix-aware ones)
-        override this; the default is the specification's per-block access loop.
-        """
+        """Access a request's blocks in order, after its prefix scan: the steps in the order
+        every driver calls them."""
+        self.begin_request(hash_ids)
+        pred = None
         for h in hash_ids:
-            self.access(h)
+            if self.is_resident(h):
+                self.hit(h, pred)
+            else:
+                self.admit(h, pred)
+            pred = h
+        self.end_request()
 
 
 Kernel = Callable[..., tuple[np.ndarray, int]]
-
-ix = np.uintp
-"""``a[ix(i)]`` in a kernel: index with ``i`` cast to unsigned. With a signed index numba applies
-Python's negative-index rule (``i + len(a)`` when ``i < 0``), three more instructions in the
-address of every load and store, on the critical path of the chains of dependent loads a replay
-is made of (block id, then its state, then a queue's victim, then the victim's state); with an
-unsigned index it is a plain load. That measured 1.2-1.35x on the S3FIFO and LRU kernels
-(docs/performance.md, "The kernel stretch"). Only for indices a kernel's invariants keep
-non-negative (a negative one would index far out of bounds instead of from the end), and only in
-the subscript: numba types ``int64 op uint64`` as float64, so the cast value must not flow
-into arithmetic."""
-
-_PAGE_BYTES = 4096
-
-
-def zeroed_state(n: int, dtype: type[np.integer[Any]] | type[np.bool_]) -> np.ndarray:
-    """``np.zeros(n, dtype)`` with every page already touched, for a kernel's per-block state.
-
-    ``np.zeros`` maps pages lazily; a kernel that then faults them in one by one, in its own
-    access order, interleaves the zeroing of each fresh page (2 MiB with transparent huge pages)
-    with its random accesses and evicts its working set from the CPU caches each time. At 10M
-    requests (1.1 GB of LRU state) that cost 0.7-1.2 s of a 2.0-2.8 s replay in two runs;
-    touching every page first, in address order, 0.5 s at most (docs/performance.md, "Kernel
-    layout")."""
-    state = np.zeros(n, dtype)
-    state[:: max(1, _PAGE_BYTES // state.itemsize)] = 0  # one write per page: faults them in
-    return state
 
 
 DEFAULT_BYTES_PER_BLOCK = 64
@@ -270,37 +272,81 @@ def default_state_bytes(params: Any, n_blocks: int, n_accesses: int) -> int:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """Everything the replay needs to know about one policy."""
+    """Everything the compositions need to know about one policy."""
 
     name: str
     params_type: type[PolicyParams]
     reference: type[ReferencePolicy]
-    kernel: Kernel
-    kernel_args: Callable[[Any], tuple[Any, ...]]
-    """Extra positional arguments of the kernel, derived from a validated params object."""
+    steps: Steps | None
+    """The compiled form every composition's driver runs; None: the policy has a reference
+    only, and every compiled composition refuses it (:meth:`compiled_steps`)."""
+    fast_kernel: Kernel | None = None
+    """A hand-fused single-cache replay (see the module docstring), or None: the single-cache
+    driver over ``steps``."""
+    kernel_args: Callable[[Any], tuple[Any, ...]] | None = None
+    """The fast kernel's extra positional arguments, derived from a validated params object."""
     kernel_state: Callable[[Any, int], tuple[np.ndarray, ...]] | None = None
-    """``kernel_state(params, n_blocks)``: fresh working arrays for one kernel call, passed after
-    ``kernel_args`` (see the module docstring); None when the kernel allocates its own."""
+    """``kernel_state(params, n_blocks)``: fresh working arrays for one fast-kernel call, passed
+    after ``kernel_args``; None when the kernel allocates its own."""
     state_bytes: Callable[[Any, int, int], int] | None = None
-    """``state_bytes(params, n_blocks, n_accesses)``: an upper bound of the bytes one kernel call
-    allocates (its ``kernel_state`` and its own arrays, not the trace's) for a trace of
+    """``state_bytes(params, n_blocks, n_accesses)``: an upper bound of the bytes one replay
+    allocates in any composition's one cache (the state its steps make, and the fast kernel's
+    ``kernel_state`` and own arrays, whichever is larger; not the trace's) for a trace of
     ``n_blocks`` distinct blocks and ``n_accesses`` block accesses; ``(params, 0, 0)`` is what
     the capacity alone costs. It must not decrease when the capacity grows (a grid checks a
     column's largest capacity first). None: :func:`default_state_bytes`, which assumes more
     than any built-in kernel uses. Whoever changes a kernel's allocations updates it: a
     capacity whose state cannot fit in memory is refused with it before anything is
     allocated (:func:`check_state_fits`)."""
+    offline: bool = False
+    """The policy knows the future of the stream it will see (``prepare``): it runs where that
+    stream is known before the replay (``docs/policies.md``)."""
 
     def kernel_inputs(self, params: Any, n_blocks: int) -> tuple[Any, ...]:
-        """The kernel's arguments after the first six: ``kernel_args`` then a fresh
+        """The fast kernel's arguments after the first six: ``kernel_args`` then a fresh
         ``kernel_state`` for a trace of ``n_blocks`` distinct blocks."""
+        args = () if self.kernel_args is None else self.kernel_args(params)
         if self.kernel_state is None:
-            return self.kernel_args(params)
-        return (*self.kernel_args(params), *self.kernel_state(params, n_blocks))
+            return args
+        return (*args, *self.kernel_state(params, n_blocks))
+
+    @property
+    def kernel(self) -> Any:
+        """The compiled single-cache replay (a numba dispatcher): the fast kernel, or the
+        single-cache driver of the steps; for a policy without steps, a function that refuses
+        (:meth:`compiled_steps`'s error)."""
+        if self.fast_kernel is not None:
+            return self.fast_kernel
+        if self.steps is None:
+            return self._refuse
+        from ..engine.single import driver
+
+        return driver(self.steps)
+
+    def _refuse(self, *_args: Any) -> Any:
+        return self.compiled_steps()
+
+    def compiled_steps(self) -> Steps:
+        """:attr:`steps`, or the one-line refusal of a policy that has none (every compiled
+        composition calls it before it allocates anything)."""
+        if self.steps is None:
+            raise ParameterError(
+                "policy",
+                self.name,
+                "has no compiled steps yet, so no compiled kernel runs it (one cache, a tier, "
+                "a cluster: docs/policies.md, 'Refusals'); from Python, replay(..., "
+                "engine='reference') or prefixsim.semantics.reference_replay does",
+            )
+        return self.steps
 
     @property
     def counter_names(self) -> tuple[str, ...]:
         return self.reference.counter_names
+
+    @property
+    def removable(self) -> bool:
+        """Both engines can take a block out (an exclusive hierarchy's lower tier)."""
+        return self.steps is not None and self.steps.removable and self.reference.removable
 
     def working_bytes(self, params: Any, n_blocks: int = 0, n_accesses: int = 0) -> int:
         """:attr:`state_bytes` (or its default) for this trace size."""
@@ -312,26 +358,36 @@ _REGISTRY: dict[str, PolicySpec] = {}
 
 
 def register(spec: PolicySpec) -> PolicySpec:
+    """Make ``spec`` a policy of every composition, by its name."""
     if spec.name in _REGISTRY:
         raise ValueError(f"policy {spec.name!r} is already registered")
     if spec.params_type.policy != spec.name:
         raise ValueError(f"{spec.params_type.__name__}.policy must be {spec.name!r}")
+    state = None if spec.steps is None else spec.steps.state
+    for other in _REGISTRY.values():
+        if state is not None and other.steps is not None and other.steps.state is state:
+            raise ValueError(f"policy {spec.name!r} shares its state class with {other.name!r}")
     _REGISTRY[spec.name] = spec
     return spec
 
 
 def check_state_fits(
-    params: PolicyParams, n_blocks: int = 0, n_accesses: int = 0, copies: int = 1
+    params: PolicyParams,
+    n_blocks: int = 0,
+    n_accesses: int = 0,
+    copies: int = 1,
+    extra: int = 0,
 ) -> None:
     """Refuse ``params`` (naming ``capacity``) when ``copies`` kernel states for a trace of
     ``n_blocks`` distinct blocks and ``n_accesses`` accesses cannot fit in this machine's memory
     (:mod:`prefixsim._memory`). Construction runs it with an empty trace, so a capacity whose
     state alone cannot fit is refused wherever parameters are made (the CLI, the API, the
-    sweep's planning); :func:`prefixsim.replay.replay_params` runs it with the trace."""
+    sweep's planning); :func:`prefixsim.replay.replay_params` runs it with the trace.
+    ``extra``: bytes the composition allocates beside the states (a cluster's pair map)."""
     spec = _REGISTRY.get(params.policy)
     if spec is None:  # a Params class of a policy not registered (yet)
         return
-    needed = copies * spec.working_bytes(params, n_blocks, n_accesses)
+    needed = copies * spec.working_bytes(params, n_blocks, n_accesses) + extra
     trace = f" and a trace of {n_blocks} distinct blocks" if n_blocks else ""
     check_fits(
         "capacity",

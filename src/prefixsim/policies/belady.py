@@ -34,11 +34,13 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
+from ..engine import heaps
+from ..engine.steps import Space, Steps, counter_array
 from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
@@ -50,8 +52,6 @@ class BeladyParams(PolicyParams):
 class BeladyReference(ReferencePolicy):
     """``cache`` maps a resident block to ``(next_use, -last_use)``, the eviction key (max
     evicted). ``prepare`` must be given the exact stream the accesses then follow."""
-
-    reports_victims = True  # a first tier only: no natural removal
 
     def __init__(self, params: BeladyParams) -> None:
         super().__init__(params)
@@ -90,152 +90,140 @@ class BeladyReference(ReferencePolicy):
         self.t += 1
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# ``next_use[t]`` (backward pass; -1 = never again). Resident blocks with a next use are keyed
-# in a binary max-heap ``heap`` by that position: keys are positions, so ``block_ids[key]`` is
-# the block and no block id is stored. A hit at position t leaves the block's entry (key t)
-# stale and pushes the new one; every stale key is <= the current position and every live key
-# is > it, so the heap's top is live whenever a live entry exists: stale entries are never
-# popped, only dropped when the heap reaches ``heap_cap`` entries: compaction keeps the keys > t
-# (at most min(capacity, n_blocks)) and re-heapifies, and ``heap_cap`` doubles (up to the
-# array's 2 * capacity + 2 slots; there are at most as many pushes as accesses) when that leaves
-# it more than half full, so compaction is amortised O(1) per push. ``heap_cap`` starts small so
-# that tests reach compaction.
-# Dead resident blocks (no next use) wait in a FIFO ring ``dead`` in order of their last access;
-# their key is infinite, so they are evicted first, oldest last access first.
-# One function with scalar locals, no array-taking helpers (see s3fifo.py).
+# --- steps ----------------------------------------------------------------------------------
+# One cache over the stream it is made for (the single cache, the first tier of a hierarchy, an
+# instance's sub-trace behind a static router): its steps are called once per access, in
+# stream order, so the state counts the position ``t`` itself (``sc[0]``). ``next_use[t]``
+# (computed when the state is made; -1 = never again). Resident blocks with a next use are keyed
+# in a binary min-heap (engine.heaps) by ``-next_use``: the farthest next use is on top, keys
+# are positions, so ``stream[-key]`` is the block and no block id is stored. A hit at position t
+# leaves the block's entry (key -t) stale and pushes the new one; every stale entry's position is
+# <= the current one and every live entry's is > it, so the top is live whenever a live entry
+# exists: stale entries are never popped, only dropped by compaction when the heap reaches its
+# threshold ``sc[5]`` (it keeps the keys whose position is > t, at most min(capacity, n_ids)),
+# which doubles up to the array's 2 * capacity + 2 slots; it starts small so that tests reach
+# compaction. Dead resident blocks (no next use) wait in a FIFO ring ``dead`` in order of their
+# last access; their key is infinite, so they are evicted first, oldest last access first.
+# Per cache ``sc`` = t, size, the ring's head and length, the heap's length and threshold.
+
+_T, _SIZE, _DEAD_HEAD, _DEAD_LEN, _HEAP_LEN, _HEAP_CAP = range(6)
 
 
-# Every subscript in the replay loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`):
-# block ids, access positions (next uses are pushed only when >= 0), heap slots and ring
-# positions are non-negative, so numba's negative-index fix-up is skipped (1.17-1.26x,
-# docs/performance.md).
+class BeladyState(NamedTuple):
+    stream: np.ndarray
+    next_use: np.ndarray
+    resident: np.ndarray
+    dead: np.ndarray
+    heap: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
 
 
 @njit(cache=True, nogil=True)
-def belady_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    n = block_ids.shape[0]
+def next_uses(stream, n_ids):
+    """``next_use[t]``: the next position of ``stream[t]``'s block after t, or -1."""
+    n = stream.shape[0]
     next_use = np.empty(n, np.int64)
-    seen = np.full(n_blocks, -1, np.int64)
-    for t in range(n - 1, -1, -1):
-        h = block_ids[t]
+    seen = np.full(n_ids, -1, np.int64)
+    for t in range(n - 1, -1, -1):  # backward: the nearest later access
+        h = stream[t]
         next_use[t] = seen[h]
         seen[h] = t
-    resident = np.zeros(n_blocks, np.bool_)
-    ring_cap = min(capacity, n_blocks) + 1
-    dead = np.empty(ring_cap, np.int32)
-    dead_head = 0
-    dead_len = 0
-    heap = np.empty(min(2 * capacity + 2, n + 1), np.int64)
-    heap_cap = min(16, heap.shape[0])  # compaction threshold, doubled as needed
-    heap_len = 0
-    size = 0
-    hits = 0
-    evictions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first non-resident block.
-        k = start
-        while k < end and resident[ix(block_ids[ix(k)])]:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        for t in range(start, end):
-            h = block_ids[ix(t)]
-            if resident[ix(h)]:
-                hits += 1  # its heap entry (key t) is now stale
-            else:
-                if size >= capacity:
-                    if dead_len > 0:
-                        victim = dead[ix(dead_head)]
-                        dead_head += 1
-                        if dead_head == ring_cap:
-                            dead_head = 0
-                        dead_len -= 1
-                    else:
-                        # pop the max (live, see above) and sift the last entry down
-                        victim = block_ids[ix(heap[0])]
-                        heap_len -= 1
-                        key = heap[ix(heap_len)]
-                        j = 0
-                        while True:
-                            c = 2 * j + 1
-                            if c >= heap_len:
-                                break
-                            if c + 1 < heap_len and heap[ix(c + 1)] > heap[ix(c)]:
-                                c += 1
-                            if heap[ix(c)] <= key:
-                                break
-                            heap[ix(j)] = heap[ix(c)]
-                            j = c
-                        heap[ix(j)] = key
-                    resident[ix(victim)] = False
-                    size -= 1
-                    evictions += 1
-                resident[ix(h)] = True
-                size += 1
-            nu = next_use[ix(t)]
-            if nu < 0:
-                pos = dead_head + dead_len
-                if pos >= ring_cap:
-                    pos -= ring_cap
-                dead[ix(pos)] = h
-                dead_len += 1
-                continue
-            if heap_len == heap_cap:
-                # compaction: keep the live keys (> t), then heapify bottom-up
-                m = 0
-                for q in range(heap_len):
-                    if heap[ix(q)] > t:
-                        heap[ix(m)] = heap[ix(q)]
-                        m += 1
-                heap_len = m
-                if 2 * heap_len > heap_cap:
-                    heap_cap = min(2 * heap_cap, heap.shape[0])
-                for s in range(heap_len // 2 - 1, -1, -1):
-                    key = heap[ix(s)]
-                    j = s
-                    while True:
-                        c = 2 * j + 1
-                        if c >= heap_len:
-                            break
-                        if c + 1 < heap_len and heap[ix(c + 1)] > heap[ix(c)]:
-                            c += 1
-                        if heap[ix(c)] <= key:
-                            break
-                        heap[ix(j)] = heap[ix(c)]
-                        j = c
-                    heap[ix(j)] = key
-            # push nu: sift up
-            j = heap_len
-            heap_len += 1
-            while j > 0:
-                p = (j - 1) >> 1
-                if heap[ix(p)] >= nu:
-                    break
-                heap[ix(j)] = heap[ix(p)]
-                j = p
-            heap[j] = nu
-    cnt[0] += hits
-    cnt[1] += evictions
-    return hit_tokens, size
+    return next_use
 
 
-def _kernel_args(p: BeladyParams) -> tuple[int]:
-    return (p.capacity,)
+def belady_state(p: BeladyParams, space: Space) -> BeladyState:
+    if space.n_caches != 1:
+        raise ValueError("BELADY's state is one cache over the stream it knows")
+    n = len(space.stream)
+    heap_size = min(2 * p.capacity + 2, n + 1)
+    return BeladyState(
+        space.stream,
+        next_uses(space.stream, space.n_ids),
+        np.zeros(space.n_ids, np.bool_),
+        np.empty(min(p.capacity, space.n_ids) + 1, np.int64),
+        np.empty(heap_size, np.int64),
+        np.array([0, 0, 0, 0, 0, min(16, heap_size)], np.int64),
+        counter_array(1, BeladyReference.counter_names),
+        p.capacity,
+    )
+
+
+def belady_is_resident(s, q, h):
+    return s.resident[ix(h)]
+
+
+@njit(inline="always")
+def _note_next_use(s, h):
+    """File ``h``, accessed at position ``sc[_T]``, by its next use; then advance ``t``."""
+    sc, heap = s.sc, s.heap
+    t = sc[_T]
+    sc[_T] = t + 1
+    nu = s.next_use[ix(t)]
+    if nu < 0:
+        pos = sc[_DEAD_HEAD] + sc[_DEAD_LEN]
+        if pos >= s.dead.shape[0]:
+            pos -= s.dead.shape[0]
+        s.dead[ix(pos)] = h
+        sc[_DEAD_LEN] += 1
+        return
+    n = sc[_HEAP_LEN]
+    if n == sc[_HEAP_CAP]:
+        # compaction: keep the live keys (next uses > t), then heapify
+        m = 0
+        for j in range(n):
+            if -heap[ix(j)] > t:
+                heap[ix(m)] = heap[ix(j)]
+                m += 1
+        n = m
+        if 2 * n > sc[_HEAP_CAP]:
+            sc[_HEAP_CAP] = min(2 * sc[_HEAP_CAP], heap.shape[0])
+        heaps.heapify(heap, 0, n)
+    heaps.push(heap, 0, n, -nu)
+    sc[_HEAP_LEN] = n + 1
+
+
+def belady_hit(s, q, h, pred):
+    _note_next_use(s, h)  # its previous entry is now stale
+
+
+def belady_admit(s, q, h, pred):
+    sc = s.sc
+    victim = -1
+    if sc[_SIZE] >= s.capacity:
+        if sc[_DEAD_LEN] > 0:
+            victim = s.dead[ix(sc[_DEAD_HEAD])]
+            sc[_DEAD_HEAD] += 1
+            if sc[_DEAD_HEAD] == s.dead.shape[0]:
+                sc[_DEAD_HEAD] = 0
+            sc[_DEAD_LEN] -= 1
+        else:  # the farthest next use (the top is live, see above)
+            victim = s.stream[ix(-s.heap[0])]
+            heaps.pop(s.heap, 0, sc[_HEAP_LEN])
+            sc[_HEAP_LEN] -= 1
+        s.resident[ix(victim)] = False
+    else:
+        sc[_SIZE] += 1
+    s.resident[ix(h)] = True
+    _note_next_use(s, h)
+    return victim
+
+
+# No remove: the state follows the stream position by position, which a lower tier (seeing only
+# its demotions and the accesses that reach it) does not.
+STEPS = Steps(BeladyState, belady_state, belady_is_resident, belady_hit, belady_admit)
 
 
 def _state_bytes(p: BeladyParams, n_blocks: int, n_accesses: int) -> int:
-    """``next_use`` (int64 per access), ``seen`` and ``resident`` (9 bytes per block), the ring
-    of dead blocks (int32, ``min(capacity, n_blocks) + 1``) and the heap
-    (``min(2 * capacity + 2, n_accesses + 1)`` int64)."""
+    """:func:`belady_state`: ``next_use`` (int64 per access; ``seen``, int64 per id, while it is
+    made), ``resident`` (bool per id), the ring of dead blocks (int64,
+    ``min(capacity, n_blocks) + 1``) and the heap (``min(2 * capacity + 2, n_accesses + 1)``
+    int64); the stream is the trace's own array."""
     return (
         8 * n_accesses
         + 9 * n_blocks
-        + 4 * (min(p.capacity, n_blocks) + 1)
+        + 8 * (min(p.capacity, n_blocks) + 1)
         + 8 * min(2 * p.capacity + 2, n_accesses + 1)
     )
 
@@ -245,8 +233,8 @@ SPEC = register(
         name="BELADY",
         params_type=BeladyParams,
         reference=BeladyReference,
-        kernel=belady_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
+        offline=True,
         state_bytes=_state_bytes,
     )
 )

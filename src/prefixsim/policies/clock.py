@@ -34,12 +34,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
-from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from ..engine.lists import scalars
+from ..engine.steps import Space, Steps, counter_array
+from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register, zeroed_state
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,6 @@ class CLOCKParams(PolicyParams):
 class CLOCKReference(ReferencePolicy):
     """A literal ring: ``slots[i]`` is the block in slot ``i`` (``None`` while still free),
     ``bit[i]`` its reference bit, ``slot_of`` the inverse map, ``hand`` the clock hand."""
-
-    reports_victims = True  # a first tier only: no natural removal
 
     def __init__(self, params: CLOCKParams) -> None:
         super().__init__(params)
@@ -89,75 +88,81 @@ class CLOCKReference(ReferencePolicy):
         self.slot_of[h] = s
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# ``slot_of`` (per dense block id, -1 = not resident) and the ring ``slots`` / ``bit`` (per
-# slot, so the sweep reads the bits contiguously). ``used`` counts filled slots until the ring
-# is full; from then on every miss evicts.
+# --- steps ----------------------------------------------------------------------------------
+# Per id ``slot_of[h]`` = its slot + 1 (0: not resident; slots of all caches numbered in one
+# space, cache q's ``capacity`` slots from ``q * capacity``); per slot the id in it (``slots``)
+# and its reference bit (``bit``, contiguous, as the sweep reads them); per cache ``sc[2q]`` the
+# filled slots (they fill in ring order until the ring is full) and ``sc[2q + 1]`` the hand.
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
-# slots (``slot_of``'s -1, not resident, is tested before it is used as a slot) and ``offsets``
-# positions are non-negative, so numba's negative-index fix-up is skipped (1.5-1.9x,
-# docs/performance.md).
+class CLOCKState(NamedTuple):
+    slot_of: np.ndarray
+    slots: np.ndarray
+    bit: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
 
 
-@njit(cache=True, nogil=True)
-def clock_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    slot_of = np.full(n_blocks, -1, np.int32)
-    slots = np.empty(capacity, np.int32)
-    bit = np.zeros(capacity, np.uint8)
-    used = 0
-    hand = 0
-    hits = 0
-    evictions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first non-resident block.
-        k = start
-        while k < end and slot_of[ix(block_ids[ix(k)])] >= 0:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        for i in range(start, end):
-            h = block_ids[ix(i)]
-            s = slot_of[ix(h)]
-            if s >= 0:
-                hits += 1
-                bit[ix(s)] = 1
-                continue
-            if used < capacity:
-                s = used
-                used += 1
-            else:
-                while bit[ix(hand)] != 0:
-                    bit[ix(hand)] = 0
-                    hand += 1
-                    if hand == capacity:
-                        hand = 0
-                s = hand
-                slot_of[ix(slots[ix(s)])] = -1
-                evictions += 1
-                hand += 1
-                if hand == capacity:
-                    hand = 0
-            slots[ix(s)] = h
-            bit[ix(s)] = 0
-            slot_of[ix(h)] = s
-    cnt[0] += hits
-    cnt[1] += evictions
-    return hit_tokens, used
+def clock_state(p: CLOCKParams, space: Space) -> CLOCKState:
+    n_slots = p.capacity * space.n_caches
+    return CLOCKState(
+        zeroed_state(space.n_ids, np.int64 if n_slots >= 2**31 - 1 else np.int32),
+        np.empty(n_slots, np.int64 if space.n_ids >= 2**31 else np.int32),
+        np.zeros(n_slots, np.uint8),
+        scalars(space.n_caches, 0, 0),
+        counter_array(space.n_caches, CLOCKReference.counter_names),
+        p.capacity,
+    )
 
 
-def _kernel_args(p: CLOCKParams) -> tuple[int]:
-    return (p.capacity,)
+def clock_is_resident(s, q, h):
+    return s.slot_of[ix(h)] != 0
+
+
+def clock_hit(s, q, h, pred):
+    s.bit[ix(s.slot_of[ix(h)] - 1)] = 1  # set on hit only
+
+
+def clock_admit(s, q, h, pred):
+    cap = s.capacity
+    base = q * cap
+    used = s.sc[ix(2 * q)]
+    victim = -1
+    if used < cap:
+        slot = used
+        s.sc[ix(2 * q)] = used + 1
+    else:
+        hand = s.sc[ix(2 * q + 1)]
+        while s.bit[ix(base + hand)] != 0:  # second chance
+            s.bit[ix(base + hand)] = 0
+            hand += 1
+            if hand == cap:
+                hand = 0
+        slot = hand
+        victim = s.slots[ix(base + slot)]
+        s.slot_of[ix(victim)] = 0
+        hand += 1
+        if hand == cap:
+            hand = 0
+        s.sc[ix(2 * q + 1)] = hand
+    s.slots[ix(base + slot)] = h
+    s.bit[ix(base + slot)] = 0  # inserted with bit 0
+    s.slot_of[ix(h)] = base + slot + 1
+    return victim
+
+
+# No remove: a removed block would leave a free slot behind the hand, and where the next block
+# goes (that slot, or the ring's next in order) is a rule the classic CLOCK does not have.
+STEPS = Steps(CLOCKState, clock_state, clock_is_resident, clock_hit, clock_admit)
 
 
 def _state_bytes(p: CLOCKParams, n_blocks: int, n_accesses: int) -> int:
-    """``slot_of`` (int32 per block), ``slots`` and ``bit`` (int32 and uint8 per slot)."""
-    return 4 * n_blocks + 5 * p.capacity
+    """:func:`clock_state` for one cache: ``slot_of`` per id (int32 while the slots' indices
+    fit), ``slots`` (int32 while the ids fit) and ``bit`` (uint8) per slot of the capacity."""
+    per_id = 4 if p.capacity < 2**31 - 1 else 8
+    per_slot = (4 if n_blocks < 2**31 else 8) + 1
+    return per_id * n_blocks + per_slot * p.capacity
 
 
 SPEC = register(
@@ -165,8 +170,7 @@ SPEC = register(
         name="CLOCK",
         params_type=CLOCKParams,
         reference=CLOCKReference,
-        kernel=clock_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

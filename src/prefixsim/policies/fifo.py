@@ -19,12 +19,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
-from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from ..engine.lists import link_bytes
+from ..engine.steps import Space, Steps
+from .base import PolicyParams, PolicySpec, ReferencePolicy, register
+from .lru import lru_admit, lru_is_resident, lru_remove, lru_state
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,6 @@ class FIFOParams(PolicyParams):
 class FIFOReference(ReferencePolicy):
     """``queue`` is ordered from the oldest (head) to the newest (tail) insertion."""
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: FIFOParams) -> None:
@@ -62,64 +63,32 @@ class FIFOReference(ReferencePolicy):
         del self.queue[h]  # the others keep their insertion order
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# The queue is a ring of exactly ``capacity`` slots. While it fills, slot ``size`` takes the new
-# block; once full, ``head`` is the slot of the oldest block: the new block overwrites it and
-# ``head`` advances, so the ring read from ``head`` is always oldest-to-newest.
+# --- steps ----------------------------------------------------------------------------------
+# LRU's list and steps without the move on a hit: the list runs from the oldest insertion (its
+# head) to the newest (its tail), admission evicts the head, removal unlinks.
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
-# ring positions (``head`` and ``size`` stay in ``[0, capacity)``) and ``offsets`` positions are
-# non-negative, so numba's negative-index fix-up is skipped (1.5-1.8x, docs/performance.md).
+class FIFOState(NamedTuple):
+    link: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
 
 
-@njit(cache=True, nogil=True)
-def fifo_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    resident = np.zeros(n_blocks, np.bool_)
-    ring = np.empty(capacity, np.int32)
-    head = 0
-    size = 0
-    hits = 0
-    evictions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first non-resident block.
-        k = start
-        while k < end and resident[ix(block_ids[ix(k)])]:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        for i in range(start, end):
-            h = block_ids[ix(i)]
-            if resident[ix(h)]:
-                hits += 1
-                continue
-            if size >= capacity:
-                resident[ix(ring[ix(head)])] = False
-                evictions += 1
-                ring[ix(head)] = h
-                head += 1
-                if head == capacity:
-                    head = 0
-            else:
-                ring[ix(size)] = h  # head stays 0 until the ring is full
-                size += 1
-            resident[ix(h)] = True
-    cnt[0] += hits
-    cnt[1] += evictions
-    return hit_tokens, size
+def fifo_state(p: FIFOParams, space: Space) -> FIFOState:
+    return FIFOState(*lru_state(p, space))  # type: ignore[arg-type]
 
 
-def _kernel_args(p: FIFOParams) -> tuple[int]:
-    return (p.capacity,)
+def fifo_hit(s, q, h, pred):
+    return None  # a hit changes nothing
+
+
+STEPS = Steps(FIFOState, fifo_state, lru_is_resident, fifo_hit, lru_admit, remove=lru_remove)
 
 
 def _state_bytes(p: FIFOParams, n_blocks: int, n_accesses: int) -> int:
-    """``resident`` (bool per block) and the ring (int32 per slot)."""
-    return n_blocks + 4 * p.capacity
+    """LRU's state (:func:`~.lru.lru_state`): ``link`` per id, nothing per capacity slot."""
+    return link_bytes(n_blocks)
 
 
 SPEC = register(
@@ -127,8 +96,7 @@ SPEC = register(
         name="FIFO",
         params_type=FIFOParams,
         reference=FIFOReference,
-        kernel=fifo_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

@@ -24,12 +24,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
-from numba import njit
 
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, unlink
+from ..engine.steps import Space, Steps, counter_array
+from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register, zeroed_state
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,6 @@ class LFUReference(ReferencePolicy):
     the top. ``h`` itself is never compared: ``last`` breaks every tie.
     """
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: LFUParams) -> None:
@@ -91,112 +91,93 @@ class LFUReference(ReferencePolicy):
             heapq.heappop(self.heap)  # stale: h was accessed again or evicted since
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# The O(1) LFU scheme: one doubly linked list per count value (a "frequency bucket"), ordered
-# from least (bucket head) to most (bucket tail) recently accessed. A block enters bucket f
+# --- steps ----------------------------------------------------------------------------------
+# The O(1) LFU scheme: one list per count value (a "frequency bucket", engine.lists' link
+# pairs), ordered from least (head) to most (tail) recently accessed. A block enters bucket f
 # exactly when its count becomes f (insertion for f = 1, a hit otherwise), and leaves it at its
 # next access, so appending at the bucket's tail keeps each bucket in order of last access, and
-# the victim is the head of the lowest non-empty bucket ``min_f``. ``min_f`` only has to be
-# right when a victim is taken: a miss resets it to 1 (the new block's count), and a hit
-# raises it by one when it empties bucket ``min_f`` (the hit block is then in ``min_f + 1``).
+# the victim is the head of the lowest non-empty bucket ``min_f``. ``min_f`` is a lower bound of
+# the lowest count: a miss resets it to 1 (the new block's count), a hit raises it by one when it
+# empties bucket ``min_f`` (the hit block is then in ``min_f + 1``), and a removal may leave it
+# low (the eviction then looks further up).
 #
-# Per block (dense id): ``count`` (0 = not resident) and ``link[b] = (prev, next)`` inside its
-# bucket, -1 ending the list. Per count value: ``bhead`` / ``btail``, -1 when empty. A count
-# never exceeds the block's number of accesses in the trace, which sizes the bucket arrays.
+# Per id its count ``counts[h]`` (0: not resident); per cache ``q`` and count ``f`` the bucket's
+# ends at ``ends[2 * (q * n_buckets + f)]``; per cache ``sc[2q:2q+2]`` = size, min_f. A count only
+# grows on hits, so it stays below the block's occurrences in the stream + 1, which sizes the
+# buckets.
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
-# counts (>= 1 wherever they index a bucket) and ``offsets`` positions are non-negative, and an
-# end of a bucket's list, -1, is tested before it is used, so numba's negative-index fix-up is
-# skipped (1.10-1.26x, docs/performance.md).
+class LFUState(NamedTuple):
+    link: np.ndarray
+    counts: np.ndarray
+    ends: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
+    n_buckets: int
 
 
-@njit(cache=True, nogil=True)
-def lfu_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    count = np.zeros(n_blocks, np.int32)
-    for i in range(block_ids.shape[0]):  # occurrences per block, to size the buckets
-        count[block_ids[i]] += 1
-    max_count = 0
-    for b in range(n_blocks):
-        if count[b] > max_count:
-            max_count = count[b]
-        count[b] = 0
-    bhead = np.full(max_count + 2, -1, np.int32)
-    btail = np.full(max_count + 2, -1, np.int32)
-    link = np.empty((n_blocks, 2), np.int32)  # [prev, next]: one cache line per block
-    min_f = 1
-    size = 0
-    hits = 0
-    evictions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first non-resident block.
-        k = start
-        while k < end and count[ix(block_ids[ix(k)])] > 0:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        for i in range(start, end):
-            h = block_ids[ix(i)]
-            f = count[ix(h)]
-            if f > 0:
-                hits += 1
-                # unlink h from bucket f
-                p = link[ix(h), 0]
-                n = link[ix(h), 1]
-                if p >= 0:
-                    link[ix(p), 1] = n
-                else:
-                    bhead[ix(f)] = n
-                if n >= 0:
-                    link[ix(n), 0] = p
-                else:
-                    btail[ix(f)] = p
-                if f == min_f and n < 0 and p < 0:
-                    min_f = f + 1
-                f += 1
-            else:
-                if size >= capacity:
-                    # evict the least recently accessed block of the lowest bucket
-                    victim = bhead[ix(min_f)]
-                    n = link[ix(victim), 1]
-                    bhead[ix(min_f)] = n
-                    if n >= 0:
-                        link[ix(n), 0] = -1
-                    else:
-                        btail[ix(min_f)] = -1
-                    count[ix(victim)] = 0
-                    size -= 1
-                    evictions += 1
-                size += 1
-                f = 1
-                min_f = 1
-            # append h at the most recent end of bucket f
-            count[ix(h)] = f
-            t = btail[ix(f)]
-            link[ix(h), 0] = t
-            link[ix(h), 1] = -1
-            if t >= 0:
-                link[ix(t), 1] = h
-            else:
-                bhead[ix(f)] = h
-            btail[ix(f)] = h
-    cnt[0] += hits
-    cnt[1] += evictions
-    return hit_tokens, size
+def lfu_state(p: LFUParams, space: Space) -> LFUState:
+    occurrences = np.bincount(space.stream).max() if len(space.stream) else 0
+    n_buckets = int(occurrences) + 2
+    return LFUState(
+        link_array(space.n_ids),
+        zeroed_state(space.n_ids, np.int32),
+        np.full(2 * space.n_caches * n_buckets, -1, np.int64),
+        scalars(space.n_caches, 0, 1),
+        counter_array(space.n_caches, LFUReference.counter_names),
+        p.capacity,
+        n_buckets,
+    )
 
 
-def _kernel_args(p: LFUParams) -> tuple[int]:
-    return (p.capacity,)
+def lfu_is_resident(s, q, h):
+    return s.counts[ix(h)] > 0
+
+
+def lfu_hit(s, q, h, pred):
+    f = s.counts[ix(h)]
+    bucket = 2 * (q * s.n_buckets + f)
+    unlink(s.link, s.ends, bucket, h)
+    if f == s.sc[ix(2 * q + 1)] and s.ends[ix(bucket)] < 0:
+        s.sc[ix(2 * q + 1)] = f + 1
+    s.counts[ix(h)] = f + 1
+    push(s.link, s.ends, bucket + 2, h)
+
+
+def lfu_admit(s, q, h, pred):
+    first = 2 * q * s.n_buckets
+    victim = -1
+    if s.sc[ix(2 * q)] >= s.capacity:
+        # the least recently accessed block of the lowest non-empty bucket
+        f = s.sc[ix(2 * q + 1)]
+        while s.ends[ix(first + 2 * f)] < 0:
+            f += 1
+        victim = pop_head(s.link, s.ends, first + 2 * f)
+        s.counts[ix(victim)] = 0  # the count is forgotten
+    else:
+        s.sc[ix(2 * q)] += 1
+    s.sc[ix(2 * q + 1)] = 1
+    s.counts[ix(h)] = 1
+    push(s.link, s.ends, first + 2, h)
+    return victim
+
+
+def lfu_remove(s, q, h):
+    # Its count is forgotten, as on eviction; min_f stays a lower bound of the lowest count.
+    unlink(s.link, s.ends, 2 * (q * s.n_buckets + s.counts[ix(h)]), h)
+    s.counts[ix(h)] = 0
+    s.sc[ix(2 * q)] -= 1
+
+
+STEPS = Steps(LFUState, lfu_state, lfu_is_resident, lfu_hit, lfu_admit, remove=lfu_remove)
 
 
 def _state_bytes(p: LFUParams, n_blocks: int, n_accesses: int) -> int:
-    """``count`` and ``link`` (three int32) per block, and the buckets (two int32 per count
-    up to the most accesses of a block, at most ``n_accesses``)."""
-    return 12 * n_blocks + 8 * (n_accesses + 2)
+    """:func:`lfu_state`: ``link`` and ``counts`` (int32) per id, the count of every id while
+    it is made (int64, ``np.bincount``), and the buckets' ends (two int64 per count up to the
+    most accesses of an id, at most ``n_accesses``)."""
+    return link_bytes(n_blocks) + 12 * n_blocks + 16 * (n_accesses + 2)
 
 
 SPEC = register(
@@ -204,8 +185,7 @@ SPEC = register(
         name="LFU",
         params_type=LFUParams,
         reference=LFUReference,
-        kernel=lfu_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
+from ..engine.lists import link_array, linked, pop_head, push, scalars, to_tail, unlink
+from ..engine.steps import Space, Steps, counter_array
 from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register, zeroed_state
 
 
@@ -33,7 +35,6 @@ class LRUParams(PolicyParams):
 class LRUReference(ReferencePolicy):
     """``cache`` is ordered from least (head) to most (tail) recently used."""
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: LRUParams) -> None:
@@ -61,7 +62,56 @@ class LRUReference(ReferencePolicy):
         del self.cache[h]
 
 
-# --- compiled kernel ------------------------------------------------------------------------
+# --- steps ----------------------------------------------------------------------------------
+# One list per cache (engine.lists' link pairs) from its least (head) to its most (tail)
+# recently used id; per cache ``sc[3q:3q+3]`` = head, tail, size.
+
+
+class LRUState(NamedTuple):
+    link: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
+
+
+def lru_state(p: LRUParams, space: Space) -> LRUState:
+    return LRUState(
+        link_array(space.n_ids),
+        scalars(space.n_caches, -1, -1, 0),
+        counter_array(space.n_caches, LRUReference.counter_names),
+        p.capacity,
+    )
+
+
+def lru_is_resident(s, q, h):
+    return linked(s.link, h)
+
+
+def lru_hit(s, q, h, pred):
+    to_tail(s.link, s.sc, 3 * q, h)
+
+
+def lru_admit(s, q, h, pred):
+    e = 3 * q
+    victim = -1
+    if s.sc[ix(e + 2)] >= s.capacity:
+        victim = pop_head(s.link, s.sc, e)  # the least recently used
+    else:
+        s.sc[ix(e + 2)] += 1
+    push(s.link, s.sc, e, h)
+    return victim
+
+
+def lru_remove(s, q, h):
+    unlink(s.link, s.sc, 3 * q, h)
+    s.sc[ix(3 * q + 2)] -= 1
+
+
+STEPS = Steps(LRUState, lru_state, lru_is_resident, lru_hit, lru_admit, remove=lru_remove)
+
+
+# --- fast kernel ----------------------------------------------------------------------------
+# The same list and steps, fused into one loop whose head, tail and size stay in registers.
 # A doubly linked list from ``head`` (least recently used) to ``tail`` (most recently used) over
 # dense block ids, -1 ends it, held in one flat int32 array of pairs, one pair per block:
 #
@@ -179,7 +229,8 @@ def _kernel_args(p: LRUParams) -> tuple[int]:
 
 
 def _state_bytes(p: LRUParams, n_blocks: int, n_accesses: int) -> int:
-    """:func:`_kernel_state`: ``link``, two int64 at most per block."""
+    """:func:`_kernel_state` and the steps' :func:`lru_state`: ``link``, two int64 at most per
+    block; nothing per capacity slot."""
     return 16 * n_blocks
 
 
@@ -188,7 +239,8 @@ SPEC = register(
         name="LRU",
         params_type=LRUParams,
         reference=LRUReference,
-        kernel=lru_kernel,
+        steps=STEPS,
+        fast_kernel=lru_kernel,
         kernel_args=_kernel_args,
         kernel_state=_kernel_state,
         state_bytes=_state_bytes,

@@ -42,14 +42,37 @@ resident child because no resident block was a leaf).
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
-from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from ..engine import heaps
+from ..engine.lists import (
+    link_array,
+    link_bytes,
+    linked,
+    pop_head,
+    push,
+    push_front,
+    scalars,
+    to_tail,
+    unlink,
+)
+from ..engine.steps import Space, Steps, counter_array
+from .base import (
+    COMMON_COUNTERS,
+    DEMOTED,
+    PolicyParams,
+    PolicySpec,
+    ReferencePolicy,
+    ix,
+    register,
+    zeroed_state,
+)
+from .lru import lru_is_resident
 
 _NO_PARENT = object()  # parent of a request's first block
 
@@ -59,18 +82,44 @@ class LRULeafParams(PolicyParams):
     policy: ClassVar[str] = "LRU_LEAF"
 
 
-class LRULeafReference(ReferencePolicy):
-    """``cache`` is ordered from least (head) to most (tail) recently used; ``parent`` holds the
-    resident blocks' parents, ``children`` the number of resident children per block."""
+class ChainTree:
+    """The tree of block chains of a prefix-aware reference (LRU_LEAF, S3FIFO_LEAF): ``parent``
+    holds the cached blocks' parents, ``children`` the number of cached children per block."""
+
+    parent: dict[Hashable, object]
+    children: defaultdict[Hashable, int]
+
+    def init_tree(self) -> None:
+        self.parent = {}
+        self.children = defaultdict(int)
+
+    def adopt(self, h: Hashable, pred: Hashable | None) -> None:
+        """``h`` enters the cache: the request's previous block adopts it (a request's first
+        block, or a block demoted from a faster tier, has no parent)."""
+        parent = _NO_PARENT if pred is None or pred is DEMOTED else pred
+        self.parent[h] = parent
+        if parent is not _NO_PARENT:
+            self.children[parent] += 1
+
+    def release(self, h: Hashable) -> None:
+        """``h`` leaves the cache: its parent loses a child."""
+        parent = self.parent.pop(h)
+        if parent is not _NO_PARENT:
+            self.children[parent] -= 1
+
+
+class LRULeafReference(ChainTree, ReferencePolicy):
+    """``cache`` is ordered from least (head) to most (tail) recently used; the tree is
+    :class:`ChainTree`'s."""
 
     counter_names = (*COMMON_COUNTERS, "forced_evictions")
+    removable = True
 
     def __init__(self, params: LRULeafParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
         self.cache: OrderedDict[Hashable, None] = OrderedDict()
-        self.parent: dict[Hashable, object] = {}
-        self.children: defaultdict[Hashable, int] = defaultdict(int)
+        self.init_tree()
 
     def is_resident(self, h: Hashable) -> bool:
         return h in self.cache
@@ -81,304 +130,214 @@ class LRULeafReference(ReferencePolicy):
     def access(self, h: Hashable) -> None:
         self.access_request([h])  # a block accessed alone is a one-block request
 
-    def remove(self, h: Hashable) -> None:
-        # Used by the engine semantics (prefixsim.semantics) to free a request's partial block
-        # (a leaf); ``removable`` stays False until the tiers are checked with it. Children of
-        # ``h`` keep their parent link, as they do when ``h`` is evicted.
-        del self.cache[h]
-        parent = self.parent.pop(h)
-        if parent is not _NO_PARENT:
-            self.children[parent] -= 1
+    def hit(self, h: Hashable, pred: Hashable | None = None) -> None:
+        self.counters["block_hits"] += 1
+        self.cache.move_to_end(h)  # a hit does not re-parent h
 
-    def access_request(self, hash_ids: Sequence[Hashable]) -> None:
-        parent: object = _NO_PARENT
-        for h in hash_ids:
-            self.access_under(h, parent)
-            parent = h
-
-    def access_under(self, h: Hashable, parent: object) -> None:
-        if h in self.cache:
-            self.counters["block_hits"] += 1
-            self.cache.move_to_end(h)
-            return
+    def _miss(self, h: Hashable, pred: Hashable | None) -> None:
         if len(self.cache) >= self.capacity:
             leaves = (b for b in self.cache if self.children[b] == 0)
             victim = next(leaves, None)
             if victim is None:  # no leaf (a cycle of parent links): plain LRU
                 victim = next(iter(self.cache))
                 self.counters["forced_evictions"] += 1
-            del self.cache[victim]
-            self.counters["evictions"] += 1
-            victim_parent = self.parent.pop(victim)
-            if victim_parent is not _NO_PARENT:
-                self.children[victim_parent] -= 1
+            self.remove(victim)
+            self.evicted(victim)
         self.cache[h] = None
-        self.parent[h] = parent
-        if parent is not _NO_PARENT:
-            self.children[parent] += 1
+        self.adopt(h, pred)
+
+    def remove(self, h: Hashable) -> None:
+        del self.cache[h]
+        self.release(h)
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# Two doubly linked lists threaded through per-block arrays, both ordered by last access
-# (``last[b]``, a stream position, unique): the LRU list of all resident blocks (``prev`` /
-# ``nxt``, ``head`` .. ``tail``), used only for forced evictions, and the list of leaves
-# (``lprev`` / ``lnext``, ``lhead`` .. ``ltail``; ``in_list`` marks its members). An accessed
-# leaf is appended at the leaf tail, a block that gains a child leaves the list. A block that
-# becomes a leaf again when its last resident child is evicted keeps its old ``last``: it goes
-# to the leaf head if it is older than the head (the usual case: a chain cut from its tail),
-# otherwise into a binary min-heap ``heap`` of last-access positions (``block_ids[key]`` is the
-# block); a heap entry is live iff its block is resident, not in the list, a leaf, and still has
-# ``last[b] == key``. The LRU leaf is the older of the list head and the heap's top live entry.
-# A key is pushed at most once (a block can only become a leaf again after gaining a child, i.e.
-# after being accessed, which changes ``last``), so live entries are distinct blocks, at most
-# min(capacity, n_blocks), and there are at most as many pushes as accesses. Dead entries are
-# dropped when popped or when the heap reaches ``heap_cap``: compaction keeps the live entries
-# and re-heapifies, and ``heap_cap`` doubles (up to the array's 2 * capacity + 2 slots) when that
-# leaves it more than half full, so compaction is amortised O(1) per push. ``heap_cap`` starts
-# small so that tests reach compaction.
-# One function with scalar locals, no array-taking helpers (see s3fifo.py).
+# --- steps ----------------------------------------------------------------------------------
+# Two lists (engine.lists' link pairs), both ordered by last access (``last[b]``, the cache's
+# clock ``sc[_NOW]`` at the access, unique): the LRU list of all resident blocks (``link``),
+# used only for forced evictions, and the list of leaves (``llink``). An accessed leaf goes to
+# the leaf tail, a block that gains a child leaves the list. A block that becomes a leaf again
+# when its last resident child leaves keeps its old ``last``: it goes to the leaf head if it is
+# older than the head (the usual case: a chain cut from its tail), otherwise into a binary
+# min-heap (engine.heaps) keyed by ``last << 31 | id``; an entry is live iff its block is
+# resident, not in the list, a leaf, and still has that ``last``. The LRU leaf is the older of
+# the list head and the heap's top live entry. A key is pushed at most once (a block can become
+# a leaf again only after gaining a child, i.e. after being accessed, which changes ``last``),
+# so live entries are distinct blocks, at most min(capacity, n_ids), and there are at most as
+# many pushes as steps. Dead entries are dropped when popped or when the heap reaches its
+# threshold ``sc[_HEAP_CAP]`` (compaction keeps the live entries; the threshold doubles, up to
+# 2 * capacity + 2 slots, when that leaves it more than half full); it starts small so that tests
+# reach compaction. Per cache ``sc[8q:8q+8]`` = the two lists' ends, size, clock, the heap's
+# length and threshold; cache q's heap is ``heap[q * heap_size:]``.
+
+_LEAVES, _SIZE, _NOW, _HEAP_LEN, _HEAP_CAP = 2, 4, 5, 6, 7
+_ID_BITS = 31
+_ID_MASK = (1 << _ID_BITS) - 1
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
-# access positions (the heap's keys), heap slots and ``offsets`` positions are non-negative; an
-# end of a list or a parent's -1 is tested before it is used, or the list is known not to be
-# empty there (a full cache), so numba's negative-index fix-up is skipped (1.07-1.31x,
-# docs/performance.md).
+class LRULeafState(NamedTuple):
+    link: np.ndarray
+    llink: np.ndarray
+    parent: np.ndarray
+    children: np.ndarray
+    last: np.ndarray
+    heap: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
+    heap_size: int
 
 
-@njit(cache=True, nogil=True)
-def lru_leaf_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    resident = np.zeros(n_blocks, np.bool_)
-    in_list = np.zeros(n_blocks, np.bool_)
-    prev = np.empty(n_blocks, np.int32)
-    nxt = np.empty(n_blocks, np.int32)
-    lprev = np.empty(n_blocks, np.int32)
-    lnext = np.empty(n_blocks, np.int32)
-    parent = np.empty(n_blocks, np.int32)
-    children = np.zeros(n_blocks, np.int32)
-    last = np.empty(n_blocks, np.int64)
-    heap = np.empty(min(2 * capacity + 2, block_ids.shape[0] + 1), np.int64)
-    heap_cap = min(16, heap.shape[0])  # compaction threshold, doubled as needed
-    heap_len = 0
-    head = tail = lhead = ltail = -1
-    size = 0
-    hits = 0
-    evictions = 0
-    forced = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first non-resident block.
-        k = start
-        while k < end and resident[ix(block_ids[ix(k)])]:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        pred = -1
-        for i in range(start, end):
-            h = block_ids[ix(i)]
-            if resident[ix(h)]:
-                hits += 1
-                last[ix(h)] = i
-                if h != tail:
-                    # unlink h (not the tail, so nxt[h] >= 0) and relink it at the tail
-                    p = prev[ix(h)]
-                    q = nxt[ix(h)]
-                    if p >= 0:
-                        nxt[ix(p)] = q
-                    else:
-                        head = q
-                    prev[ix(q)] = p
-                    prev[ix(h)] = tail
-                    nxt[ix(h)] = -1
-                    nxt[ix(tail)] = h
-                    tail = h
-                if children[ix(h)] == 0:
-                    # a leaf: to the leaf tail (from the list, or from the heap, whose entry
-                    # dies as last[h] changed)
-                    if in_list[ix(h)]:
-                        if h == ltail:
-                            pred = h
-                            continue
-                        p = lprev[ix(h)]
-                        q = lnext[ix(h)]
-                        if p >= 0:
-                            lnext[ix(p)] = q
-                        else:
-                            lhead = q
-                        lprev[ix(q)] = p
-                    in_list[ix(h)] = True
-                    lprev[ix(h)] = ltail
-                    lnext[ix(h)] = -1
-                    if ltail >= 0:
-                        lnext[ix(ltail)] = h
-                    else:
-                        lhead = h
-                    ltail = h
-                pred = h
-                continue
-            if size >= capacity:
-                # the LRU leaf: the leaf-list head or the heap's top live entry, the older.
-                # Pop the heap's top while it is dead, and once more if it is the victim.
-                victim = -1
-                while heap_len > 0:
-                    key = heap[0]
-                    b = block_ids[ix(key)]
-                    live = (
-                        resident[ix(b)]
-                        and not in_list[ix(b)]
-                        and last[ix(b)] == key
-                        and children[ix(b)] == 0
-                    )
-                    if live and lhead >= 0 and key >= last[ix(lhead)]:
-                        break  # the leaf list's head is older: the heap's top stays
-                    heap_len -= 1
-                    moved = heap[ix(heap_len)]
-                    j = 0
-                    while True:
-                        c = 2 * j + 1
-                        if c >= heap_len:
-                            break
-                        if c + 1 < heap_len and heap[ix(c + 1)] < heap[ix(c)]:
-                            c += 1
-                        if heap[ix(c)] >= moved:
-                            break
-                        heap[ix(j)] = heap[ix(c)]
-                        j = c
-                    heap[ix(j)] = moved
-                    if live:
-                        victim = b
-                        break
-                if victim < 0 and lhead >= 0:
-                    victim = lhead
-                    lhead = lnext[ix(victim)]
-                    if lhead >= 0:
-                        lprev[ix(lhead)] = -1
-                    else:
-                        ltail = -1
-                    in_list[ix(victim)] = False
-                elif victim < 0:  # no resident leaf (a cycle of parent links): plain LRU
-                    victim = head
-                    forced += 1
-                p = prev[ix(victim)]
-                q = nxt[ix(victim)]
-                if p >= 0:
-                    nxt[ix(p)] = q
-                else:
-                    head = q
-                if q >= 0:
-                    prev[ix(q)] = p
-                else:
-                    tail = p
-                resident[ix(victim)] = False
-                size -= 1
-                evictions += 1
-                vp = parent[ix(victim)]
-                if vp >= 0:
-                    children[ix(vp)] -= 1
-                    if children[ix(vp)] == 0 and resident[ix(vp)]:
-                        # vp is a leaf again, with its old last access
-                        lv = last[ix(vp)]
-                        if lhead < 0 or lv < last[ix(lhead)]:
-                            in_list[ix(vp)] = True
-                            lprev[ix(vp)] = -1
-                            lnext[ix(vp)] = lhead
-                            if lhead >= 0:
-                                lprev[ix(lhead)] = vp
-                            else:
-                                ltail = vp
-                            lhead = vp
-                        else:
-                            if heap_len == heap_cap:
-                                # compaction: keep the live entries, then heapify
-                                m = 0
-                                for s in range(heap_len):
-                                    key = heap[ix(s)]
-                                    b = block_ids[ix(key)]
-                                    if (
-                                        resident[ix(b)] and not in_list[ix(b)]
-                                        and last[ix(b)] == key and children[ix(b)] == 0
-                                    ):  # fmt: skip
-                                        heap[ix(m)] = key
-                                        m += 1
-                                heap_len = m
-                                if 2 * heap_len > heap_cap:
-                                    heap_cap = min(2 * heap_cap, heap.shape[0])
-                                for s in range(heap_len // 2 - 1, -1, -1):
-                                    moved = heap[ix(s)]
-                                    j = s
-                                    while True:
-                                        c = 2 * j + 1
-                                        if c >= heap_len:
-                                            break
-                                        if c + 1 < heap_len and heap[ix(c + 1)] < heap[ix(c)]:
-                                            c += 1
-                                        if heap[ix(c)] >= moved:
-                                            break
-                                        heap[ix(j)] = heap[ix(c)]
-                                        j = c
-                                    heap[ix(j)] = moved
-                            j = heap_len  # push lv: sift up
-                            heap_len += 1
-                            while j > 0:
-                                p = (j - 1) >> 1
-                                if heap[ix(p)] <= lv:
-                                    break
-                                heap[ix(j)] = heap[ix(p)]
-                                j = p
-                            heap[ix(j)] = lv
-            # admit h at the MRU end, under pred
-            resident[ix(h)] = True
-            size += 1
-            last[ix(h)] = i
-            prev[ix(h)] = tail
-            nxt[ix(h)] = -1
-            if tail >= 0:
-                nxt[ix(tail)] = h
-            else:
-                head = h
-            tail = h
-            parent[ix(h)] = pred
-            if pred >= 0:
-                children[ix(pred)] += 1
-                if in_list[ix(pred)]:  # pred was a leaf: it leaves the leaf list
-                    p = lprev[ix(pred)]
-                    q = lnext[ix(pred)]
-                    if p >= 0:
-                        lnext[ix(p)] = q
-                    else:
-                        lhead = q
-                    if q >= 0:
-                        lprev[ix(q)] = p
-                    else:
-                        ltail = p
-                    in_list[ix(pred)] = False
-            if children[ix(h)] == 0:
-                in_list[ix(h)] = True
-                lprev[ix(h)] = ltail
-                lnext[ix(h)] = -1
-                if ltail >= 0:
-                    lnext[ix(ltail)] = h
-                else:
-                    lhead = h
-                ltail = h
-            pred = h
-    cnt[0] += hits
-    cnt[1] += evictions
-    cnt[2] += forced
-    return hit_tokens, size
+def lru_leaf_state(p: LRULeafParams, space: Space) -> LRULeafState:
+    # Heap keys hold an id (< 2**31: the arrays are int32) and a clock value (at most one step
+    # per access, < 2**32): exact in int64.
+    if space.n_ids >= 2**_ID_BITS or len(space.stream) >= 2**32:
+        raise ValueError("LRU_LEAF's heap keys hold ids below 2**31 and fewer than 2**32 steps")
+    heap_size = min(2 * p.capacity + 2, len(space.stream) + 1)
+    return LRULeafState(
+        link_array(space.n_ids),
+        link_array(space.n_ids),
+        np.empty(space.n_ids, np.int32),
+        zeroed_state(space.n_ids, np.int32),
+        np.empty(space.n_ids, np.int64),
+        np.empty(space.n_caches * heap_size, np.int64),
+        scalars(space.n_caches, -1, -1, -1, -1, 0, 0, 0, min(16, heap_size)),
+        counter_array(space.n_caches, LRULeafReference.counter_names),
+        p.capacity,
+        heap_size,
+    )
 
 
-def _kernel_args(p: LRULeafParams) -> tuple[int]:
-    return (p.capacity,)
+@njit(inline="always")
+def _tick(s, q, h):
+    """``h`` is accessed now: its ``last`` is the cache's clock, which advances."""
+    now = s.sc[ix(8 * q + _NOW)]
+    s.sc[ix(8 * q + _NOW)] = now + 1
+    s.last[ix(h)] = now
+
+
+@njit
+def _live(s, key):
+    b = key & _ID_MASK
+    if not linked(s.link, b) or linked(s.llink, b):
+        return False
+    return (s.last[ix(b)] == key >> _ID_BITS) & (s.children[ix(b)] == 0)
+
+
+@njit
+def _leaf_again(s, q, b):
+    """Resident ``b`` lost its last resident child: a leaf again, with its old last access."""
+    e = 8 * q
+    lv = s.last[ix(b)]
+    lhead = s.sc[ix(e + _LEAVES)]
+    if lhead < 0 or lv < s.last[ix(lhead)]:
+        push_front(s.llink, s.sc, e + _LEAVES, b)
+        return
+    base = q * s.heap_size
+    n = s.sc[ix(e + _HEAP_LEN)]
+    if n == s.sc[ix(e + _HEAP_CAP)]:
+        # compaction: keep the live entries, then heapify
+        m = 0
+        for j in range(n):
+            key = s.heap[ix(base + j)]
+            if _live(s, key):
+                s.heap[ix(base + m)] = key
+                m += 1
+        n = m
+        if 2 * n > s.sc[ix(e + _HEAP_CAP)]:
+            s.sc[ix(e + _HEAP_CAP)] = min(2 * s.sc[ix(e + _HEAP_CAP)], s.heap_size)
+        heaps.heapify(s.heap, base, n)
+    heaps.push(s.heap, base, n, (lv << _ID_BITS) | b)
+    s.sc[ix(e + _HEAP_LEN)] = n + 1
+
+
+@njit
+def _release(s, q, b):
+    """``b`` left the cache: its parent loses a resident child."""
+    vp = s.parent[ix(b)]
+    if vp >= 0:
+        s.children[ix(vp)] -= 1
+        if s.children[ix(vp)] == 0 and linked(s.link, vp):
+            _leaf_again(s, q, vp)
+
+
+def lru_leaf_hit(s, q, h, pred):
+    e = 8 * q
+    _tick(s, q, h)
+    to_tail(s.link, s.sc, e, h)
+    if s.children[ix(h)] == 0:
+        # a leaf: to the leaf tail (from the list, or from the heap, whose entry dies as last[h]
+        # changed)
+        if linked(s.llink, h):
+            to_tail(s.llink, s.sc, e + _LEAVES, h)
+        else:
+            push(s.llink, s.sc, e + _LEAVES, h)
+
+
+def lru_leaf_admit(s, q, h, pred):
+    e = 8 * q
+    victim = -1
+    if s.sc[ix(e + _SIZE)] >= s.capacity:
+        # the LRU leaf: the leaf-list head or the heap's top live entry, the older. Pop the
+        # heap's top while it is dead, and once more if it is the victim.
+        base = q * s.heap_size
+        lhead = s.sc[ix(e + _LEAVES)]
+        while s.sc[ix(e + _HEAP_LEN)] > 0:
+            key = s.heap[ix(base)]
+            live = _live(s, key)
+            if live and lhead >= 0 and key >> _ID_BITS >= s.last[ix(lhead)]:
+                break  # the leaf list's head is older: the heap's top stays
+            heaps.pop(s.heap, base, s.sc[ix(e + _HEAP_LEN)])
+            s.sc[ix(e + _HEAP_LEN)] -= 1
+            if live:
+                victim = key & _ID_MASK
+                break
+        if victim < 0 and lhead >= 0:
+            victim = pop_head(s.llink, s.sc, e + _LEAVES)
+        elif victim < 0:  # no resident leaf (a cycle of parent links): plain LRU
+            victim = s.sc[ix(e)]
+            s.cnt[ix(q), 2] += 1
+        unlink(s.link, s.sc, e, victim)
+        _release(s, q, victim)
+    else:
+        s.sc[ix(e + _SIZE)] += 1
+    # admit h at the MRU end, under the request's previous block (a demoted block has none)
+    _tick(s, q, h)
+    push(s.link, s.sc, e, h)
+    parent = pred if pred >= 0 else -1
+    s.parent[ix(h)] = parent
+    if parent >= 0:
+        s.children[ix(parent)] += 1
+        if linked(s.llink, parent):  # the parent was a leaf: it leaves the leaf list
+            unlink(s.llink, s.sc, e + _LEAVES, parent)
+    if s.children[ix(h)] == 0:
+        push(s.llink, s.sc, e + _LEAVES, h)
+    return victim
+
+
+def lru_leaf_remove(s, q, h):
+    e = 8 * q
+    unlink(s.link, s.sc, e, h)
+    if linked(s.llink, h):
+        unlink(s.llink, s.sc, e + _LEAVES, h)
+    s.sc[ix(e + _SIZE)] -= 1
+    _release(s, q, h)
+
+
+STEPS = Steps(
+    LRULeafState,
+    lru_leaf_state,
+    lru_is_resident,
+    lru_leaf_hit,
+    lru_leaf_admit,
+    remove=lru_leaf_remove,
+)
 
 
 def _state_bytes(p: LRULeafParams, n_blocks: int, n_accesses: int) -> int:
-    """30 bytes per block (two bools, six int32, one int64) and the heap of
-    ``min(2 * capacity + 2, n_accesses + 1)`` int64."""
-    return 30 * n_blocks + 8 * min(2 * p.capacity + 2, n_accesses + 1)
+    """:func:`lru_leaf_state` for one cache: ``link`` and ``llink``, ``parent`` and ``children``
+    (int32) and ``last`` (int64) per id, and the heap of ``min(2 * capacity + 2, n_accesses +
+    1)`` int64."""
+    return 2 * link_bytes(n_blocks) + 16 * n_blocks + 8 * min(2 * p.capacity + 2, n_accesses + 1)
 
 
 SPEC = register(
@@ -386,8 +345,7 @@ SPEC = register(
         name="LRU_LEAF",
         params_type=LRULeafParams,
         reference=LRULeafReference,
-        kernel=lru_leaf_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

@@ -33,6 +33,11 @@ last block it placed resident. ::
             placed.append(h)
         append reversed(placed) at the MRU end of old   # h_{n-1} .. h_0, h_0 most recent
 
+As steps (``ReferencePolicy``): ``begin_request`` starts an empty ``placed``, ``hit`` and
+``admit`` are the loop's body, ``end_request`` appends ``reversed(placed)``; a block is resident
+if it is in ``old`` or in ``placed``. A block a faster tier demotes into this one during a
+request is not the request's: it joins the most recent end of ``old``, not ``placed``.
+
 Every accessed block is resident right after its access, as under LRU (so BELADY's block-hit
 bound applies). Plain LRU would leave ``h_{n-1}`` most recent and lose a chain's head first; and
 LRU evicts the request's own earliest blocks when it does not fit, where this keeps the head.
@@ -46,12 +51,34 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
-from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from ..engine.lists import (
+    after,
+    insert_before,
+    link_array,
+    link_bytes,
+    pop_head,
+    push,
+    scalars,
+    unlink,
+)
+from ..engine.steps import DEMOTED as DEMOTED_ID
+from ..engine.steps import Space, Steps, counter_array
+from .base import (
+    COMMON_COUNTERS,
+    DEMOTED,
+    PolicyParams,
+    PolicySpec,
+    ReferencePolicy,
+    ix,
+    register,
+    zeroed_state,
+)
+from .lru import lru_is_resident
 
 
 @dataclass(frozen=True)
@@ -61,156 +88,162 @@ class LRUTailFirstParams(PolicyParams):
 
 class LRUTailFirstReference(ReferencePolicy):
     """``old`` is ordered from least (head) to most (tail) recently used; between requests it
-    holds every resident block."""
+    holds every resident block, and during one ``placed`` holds the request's (h_0 first)."""
 
     counter_names = (*COMMON_COUNTERS, "self_evictions")
+    removable = True
 
     def __init__(self, params: LRUTailFirstParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
         self.old: OrderedDict[Hashable, None] = OrderedDict()
+        self.placed: OrderedDict[Hashable, None] = OrderedDict()
 
     def is_resident(self, h: Hashable) -> bool:
-        return h in self.old
+        return h in self.old or h in self.placed
 
     def resident_count(self) -> int:
-        return len(self.old)
+        return len(self.old) + len(self.placed)
 
     def access(self, h: Hashable) -> None:
         self.access_request([h])  # a block accessed alone is a one-block request
 
-    def remove(self, h: Hashable) -> None:
-        # Between requests every resident block is in ``old``. Used by the engine semantics
-        # (prefixsim.semantics) to free a request's partial block; ``removable`` stays False
-        # until the tiers are checked with it.
+    def begin_request(self, hash_ids: Sequence[Hashable]) -> None:
+        self.placed = OrderedDict()
+
+    def hit(self, h: Hashable, pred: Hashable | None = None) -> None:
+        self.counters["block_hits"] += 1
+        if h in self.placed:
+            return  # a duplicate already placed keeps its place
         del self.old[h]
+        self.placed[h] = None
 
-    def access_request(self, hash_ids: Sequence[Hashable]) -> None:
-        placed: OrderedDict[Hashable, None] = OrderedDict()  # h_0 first
-        for h in hash_ids:
-            if h in placed:
-                self.counters["block_hits"] += 1
-                continue
-            if h in self.old:
-                self.counters["block_hits"] += 1
-                del self.old[h]
-            elif len(self.old) + len(placed) >= self.capacity:
-                if self.old:
-                    self.old.popitem(last=False)
-                else:
-                    placed.popitem(last=True)
-                    self.counters["self_evictions"] += 1
-                self.counters["evictions"] += 1
-            placed[h] = None
-        for h in reversed(placed):
+    def _miss(self, h: Hashable, pred: Hashable | None) -> None:
+        if len(self.old) + len(self.placed) >= self.capacity:
+            if self.old:
+                victim, _ = self.old.popitem(last=False)
+            else:
+                victim, _ = self.placed.popitem(last=True)  # the request's own tail
+                self.counters["self_evictions"] += 1
+            self.evicted(victim)
+        if pred is DEMOTED:
+            self.old[h] = None  # not the request's block
+        else:
+            self.placed[h] = None
+
+    def end_request(self) -> None:
+        for h in reversed(self.placed):
             self.old[h] = None
+        self.placed = OrderedDict()
+
+    def remove(self, h: Hashable) -> None:
+        if h in self.placed:
+            del self.placed[h]
+        else:
+            del self.old[h]
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# One doubly linked list as in lru.py (``head`` least recent, ``tail`` most recent). The blocks
-# the current request has placed form the run from ``seg`` (the least recent of them) to
-# ``tail``; ``stamp[h] == r`` marks a block placed by request r (still placed iff resident). A
-# newly placed block is linked just before ``seg`` (at the tail when nothing is placed yet) and
-# becomes ``seg``, so when the request ends the run is already h_{n-1} .. h_0 and nothing is
-# moved. Evictions take ``head``, which is a placed block only when no old block is left.
+# --- steps ----------------------------------------------------------------------------------
+# One list as in lru.py (head least recent, tail most recent). The blocks the current request
+# has placed form the run from ``seg`` (the least recent of them) to the tail; ``stamp[h]`` is
+# the number of the request that last placed h (requests counted from 1 per cache, so a zeroed
+# array marks none; h is placed iff resident and stamped with the current request). A newly
+# placed block is linked just before ``seg`` (at the tail when nothing is placed yet) and becomes
+# ``seg``, so when the request ends the run is already h_{n-1} .. h_0 and nothing is moved.
+# Evictions take the head, which is a placed block only when no old block is left. Per cache
+# ``sc[5q:5q+5]`` = the list's ends, its size, the current request's number, ``seg``.
+
+_SIZE, _REQ, _SEG = 2, 3, 4
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids
-# and ``offsets`` positions are non-negative; an end of the list (-1) or ``seg`` before the
-# request placed a block is tested before it is used, and ``head`` of a full cache is a block, so
-# numba's negative-index fix-up is skipped (1.04-1.05x, docs/performance.md).
+class LRUTailFirstState(NamedTuple):
+    link: np.ndarray
+    stamp: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
 
 
-@njit(cache=True, nogil=True)
-def lru_tail_first_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    resident = np.zeros(n_blocks, np.bool_)
-    stamp = np.full(n_blocks, -1, np.int64)
-    prev = np.empty(n_blocks, np.int32)
-    nxt = np.empty(n_blocks, np.int32)
-    head = -1
-    tail = -1
-    size = 0
-    hits = 0
-    evictions = 0
-    self_evictions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first non-resident block.
-        k = start
-        while k < end and resident[ix(block_ids[ix(k)])]:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        seg = -1
-        for i in range(start, end):
-            h = block_ids[ix(i)]
-            if resident[ix(h)]:
-                hits += 1
-                if stamp[ix(h)] == r:
-                    continue  # a duplicate already placed keeps its place
-                # unlink the old block h (it is not placed, so it is not seg)
-                p = prev[ix(h)]
-                n = nxt[ix(h)]
-                if p >= 0:
-                    nxt[ix(p)] = n
-                else:
-                    head = n
-                if n >= 0:
-                    prev[ix(n)] = p
-                else:
-                    tail = p
-            else:
-                if size >= capacity:
-                    victim = head
-                    if victim == seg:  # nothing old is left: the request's own tail goes
-                        seg = nxt[ix(victim)]
-                        self_evictions += 1
-                    head = nxt[ix(victim)]
-                    if head >= 0:
-                        prev[ix(head)] = -1
-                    else:
-                        tail = -1
-                    resident[ix(victim)] = False
-                    size -= 1
-                    evictions += 1
-                resident[ix(h)] = True
-                size += 1
-            stamp[ix(h)] = r
-            # place h: just before seg, or at the MRU end if nothing is placed yet
-            if seg < 0:
-                prev[ix(h)] = tail
-                nxt[ix(h)] = -1
-                if tail >= 0:
-                    nxt[ix(tail)] = h
-                else:
-                    head = h
-                tail = h
-            else:
-                p = prev[ix(seg)]
-                prev[ix(h)] = p
-                nxt[ix(h)] = seg
-                prev[ix(seg)] = h
-                if p >= 0:
-                    nxt[ix(p)] = h
-                else:
-                    head = h
-            seg = h
-    cnt[0] += hits
-    cnt[1] += evictions
-    cnt[2] += self_evictions
-    return hit_tokens, size
+def lru_tail_first_state(p: LRUTailFirstParams, space: Space) -> LRUTailFirstState:
+    return LRUTailFirstState(
+        link_array(space.n_ids),
+        zeroed_state(space.n_ids, np.int64),
+        scalars(space.n_caches, -1, -1, 0, 0, -1),
+        counter_array(space.n_caches, LRUTailFirstReference.counter_names),
+        p.capacity,
+    )
 
 
-def _kernel_args(p: LRUTailFirstParams) -> tuple[int]:
-    return (p.capacity,)
+def lru_tail_first_begin(s, q, ids, start, end):
+    s.sc[ix(5 * q + _REQ)] += 1
+    s.sc[ix(5 * q + _SEG)] = -1
+
+
+@njit(inline="always")
+def _place(s, q, h):
+    """``h`` (in no list) becomes the least recent of the request's placed blocks."""
+    e = 5 * q
+    s.stamp[ix(h)] = s.sc[ix(e + _REQ)]
+    seg = s.sc[ix(e + _SEG)]
+    if seg < 0:
+        push(s.link, s.sc, e, h)
+    else:
+        insert_before(s.link, s.sc, e, h, seg)
+    s.sc[ix(e + _SEG)] = h
+
+
+def lru_tail_first_hit(s, q, h, pred):
+    if s.stamp[ix(h)] == s.sc[ix(5 * q + _REQ)]:
+        return  # a duplicate already placed keeps its place
+    unlink(s.link, s.sc, 5 * q, h)  # an old block (not placed, so not seg)
+    _place(s, q, h)
+
+
+def lru_tail_first_admit(s, q, h, pred):
+    e = 5 * q
+    victim = -1
+    if s.sc[ix(e + _SIZE)] >= s.capacity:
+        victim = s.sc[ix(e)]
+        if victim == s.sc[ix(e + _SEG)]:  # nothing old is left: the request's own tail goes
+            s.sc[ix(e + _SEG)] = after(s.link, victim)
+            s.cnt[ix(q), 2] += 1
+        pop_head(s.link, s.sc, e)
+    else:
+        s.sc[ix(e + _SIZE)] += 1
+    if pred == DEMOTED_ID:  # not the request's block: the most recent old one
+        seg = s.sc[ix(e + _SEG)]
+        s.stamp[ix(h)] = 0
+        if seg < 0:
+            push(s.link, s.sc, e, h)
+        else:
+            insert_before(s.link, s.sc, e, h, seg)
+    else:
+        _place(s, q, h)
+    return victim
+
+
+def lru_tail_first_remove(s, q, h):
+    e = 5 * q
+    if h == s.sc[ix(e + _SEG)]:
+        s.sc[ix(e + _SEG)] = after(s.link, h)  # the next placed block, or none
+    unlink(s.link, s.sc, e, h)
+    s.sc[ix(e + _SIZE)] -= 1
+
+
+STEPS = Steps(
+    LRUTailFirstState,
+    lru_tail_first_state,
+    lru_is_resident,
+    lru_tail_first_hit,
+    lru_tail_first_admit,
+    remove=lru_tail_first_remove,
+    begin=lru_tail_first_begin,
+)
 
 
 def _state_bytes(p: LRUTailFirstParams, n_blocks: int, n_accesses: int) -> int:
-    """``resident``, ``stamp``, ``prev`` and ``nxt`` per block (17 bytes)."""
-    return 17 * n_blocks
+    """:func:`lru_tail_first_state`: ``link`` and ``stamp`` (int64) per id."""
+    return link_bytes(n_blocks) + 8 * n_blocks
 
 
 SPEC = register(
@@ -218,8 +251,7 @@ SPEC = register(
         name="LRU_TAIL_FIRST",
         params_type=LRUTailFirstParams,
         reference=LRUTailFirstReference,
-        kernel=lru_tail_first_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

@@ -338,28 +338,16 @@ def _common(node_key: list[Hashable], pos: int, key: list[Hashable], start: int)
     return m
 
 
-def radix_kernel(*_args: Any) -> tuple[np.ndarray, int]:
-    """RADIX has no compiled kernel yet (issue 20 gives every policy compiled steps)."""
-    raise ParameterError(
-        "policy",
-        "RADIX",
-        "has no compiled kernel yet, so the sweep and engine='kernel' cannot run it; from "
-        "Python, replay(..., engine='reference') or prefixsim.semantics.reference_replay does",
-    )
-
-
-def _kernel_args(p: RadixParams) -> tuple[()]:
-    return ()
-
-
 SPEC = register(
     PolicySpec(
         name="RADIX",
         params_type=RadixParams,
         reference=RadixReference,
-        kernel=radix_kernel,
-        kernel_args=_kernel_args,
-        # no kernel allocates anything yet (radix_kernel refuses): the conservative default
+        # No compiled steps yet: a request-level policy (it serves a whole request, evicts
+        # whole nodes, several blocks per admission), which the steps' one victim per admission
+        # does not express; every compiled composition refuses it (PolicySpec.compiled_steps).
+        steps=None,
+        # nothing compiled allocates for it: the conservative default
         state_bytes=default_state_bytes,
     )
 )

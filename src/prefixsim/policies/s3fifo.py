@@ -40,11 +40,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, unlink
+from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
 from .base import (
     COMMON_COUNTERS,
@@ -133,7 +135,6 @@ class S3FIFOReference(ReferencePolicy):
     """
 
     counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
-    reports_victims = True
     removable = True
 
     def __init__(self, params: S3FIFOParams) -> None:
@@ -206,7 +207,170 @@ class S3FIFOReference(ReferencePolicy):
         self.G[h] = None
 
 
-# --- compiled kernel ------------------------------------------------------------------------
+# --- steps ----------------------------------------------------------------------------------
+# S, M and G are lists (engine.lists' link pairs; an id is in at most one of them), so that a
+# block can leave S or M from the middle (a tier's removal). Per id, ``st[h] = freq * 4 +
+# where`` as in the fast kernel below (where 0: none, 1: G, 2: S, 3: M; resident is ``st & 2``).
+# Per cache ``sc[9q:9q+9]`` = the ends of S, M and G, then |S|, |M|, |G|. One admission evicts
+# at most one block into G (S's cold head, or M's victim after a promotion or a ghost hit), so
+# ``admit`` is straight-line code: the block's own move (to S, or from G to M), then the
+# admission to M of the block that goes there, if any, then the one G insertion, if any. Those
+# steps touch disjoint blocks, so this order changes no outcome of the specification's.
+
+_NONE, _IN_G, _IN_S, _IN_M = 0, 1, 2, 3
+_INT32_MAX_FIELD = 2**29  # x * 4 + 3 <= 2**31 - 1 for every x < 2**29
+_S, _M, _G, _NS, _NM, _NG = 0, 2, 4, 6, 7, 8  # offsets in a cache's scalars
+_K = 9
+
+
+class S3FIFOState(NamedTuple):
+    link: np.ndarray
+    st: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    small_cap: int
+    main_cap: int
+    saturated: int  # max_freq * 4: st[h] < saturated exactly when freq < max_freq
+    ghost_freq: int
+
+
+def s3fifo_state(p: S3FIFOParams, space: Space) -> S3FIFOState:
+    wide = p.max_freq >= _INT32_MAX_FIELD
+    return S3FIFOState(
+        link_array(space.n_ids),
+        zeroed_state(space.n_ids, np.int64 if wide else np.int32),
+        scalars(space.n_caches, -1, -1, -1, -1, -1, -1, 0, 0, 0),
+        counter_array(space.n_caches, S3FIFOReference.counter_names),
+        p.small_cap,
+        p.main_cap,
+        p.max_freq * 4,
+        p.ghost_freq,
+    )
+
+
+def s3fifo_is_resident(s, q, h):
+    return s.st[ix(h)] & 2 != 0
+
+
+def s3fifo_hit(s, q, h, pred):
+    x = s.st[ix(h)]
+    if x < s.saturated:
+        s.st[ix(h)] = x + 4
+
+
+@njit(inline="always")
+def from_ghost(s, q, h):
+    """A ghost hit: ``h`` leaves G (for M)."""
+    s.cnt[ix(q), 2] += 1
+    unlink(s.link, s.sc, _K * q + _G, h)
+    s.sc[ix(_K * q + _NG)] -= 1
+
+
+@njit(inline="always")
+def into_small(s, q, h):
+    """admit_to_S(h): S's head leaves first if S is full; returns it (-1 if none). ``h`` joins
+    S's tail with freq 0 at once: it touches none of the blocks the head's move does."""
+    e = _K * q
+    v = -1
+    if s.sc[ix(e + _NS)] >= s.small_cap:
+        v = pop_head(s.link, s.sc, e + _S)
+    else:
+        s.sc[ix(e + _NS)] += 1
+    push(s.link, s.sc, e + _S, h)
+    s.st[ix(h)] = _IN_S
+    return v
+
+
+@njit(inline="always")
+def main_is_full(s, q):
+    """Whether an admission to M must evict; if not, M grows by the block to come."""
+    if s.sc[ix(_K * q + _NM)] >= s.main_cap:
+        return True
+    s.sc[ix(_K * q + _NM)] += 1
+    return False
+
+
+@njit(inline="always")
+def requeue_head(s, q):
+    """Second chance: M's head moves to M's tail; returns it."""
+    v = pop_head(s.link, s.sc, _K * q + _M)
+    push(s.link, s.sc, _K * q + _M, v)
+    return v
+
+
+@njit(inline="always")
+def into_main(s, q, h, freq):
+    push(s.link, s.sc, _K * q + _M, h)
+    s.st[ix(h)] = freq * 4 + _IN_M
+
+
+@njit(inline="always")
+def into_ghost(s, q, v):
+    """insert_to_G(v), for a victim of S or M (so never already in G); ghost_cap = main_cap."""
+    e = _K * q
+    if s.sc[ix(e + _NG)] >= s.main_cap:  # G drops its oldest
+        s.st[ix(pop_head(s.link, s.sc, e + _G))] = _NONE
+    else:
+        s.sc[ix(e + _NG)] += 1
+    push(s.link, s.sc, e + _G, v)
+    s.st[ix(v)] = _IN_G
+
+
+@njit(inline="always")
+def first_moves(s, q, h):
+    """An admission's first moves: ``h`` from G to M (a ghost hit), or ``h`` into S, whose head
+    then leaves, warm to M (freq kept: a promotion), cold out of S ∪ M. Returns the block to
+    admit to M with its freq (-1 if none), and the cold head (-1 if none)."""
+    if s.st[ix(h)] & 3 == _IN_G:  # a ghost hit re-admits h to M with ghost_freq
+        from_ghost(s, q, h)
+        return h, s.ghost_freq, -1
+    v = into_small(s, q, h)
+    if v >= 0 and s.st[ix(v)] >= 4:
+        s.cnt[ix(q), 3] += 1
+        return v, s.st[ix(v)] >> 2, -1
+    return -1, 0, v
+
+
+def s3fifo_admit(s, q, h, pred):
+    # victim: the block this access evicts into G, if any
+    to_m, to_m_freq, victim = first_moves(s, q, h)
+    if to_m >= 0:
+        if main_is_full(s, q):  # second chance until exactly one block is evicted
+            while True:
+                v = s.sc[ix(_K * q + _M)]
+                vs = s.st[ix(v)]
+                if vs < 4:  # freq 0: evicted to G
+                    pop_head(s.link, s.sc, _K * q + _M)
+                    victim = v
+                    break
+                s.st[ix(requeue_head(s, q))] = vs - 4  # requeued at the tail with freq - 1
+        into_main(s, q, to_m, to_m_freq)
+    if victim >= 0:
+        into_ghost(s, q, victim)
+    return victim
+
+
+@njit(inline="always")  # S3FIFO_LEAF's removal calls it
+def s3fifo_remove(s, q, h):
+    # Out of S or M without a ghost entry: the block moved to a faster tier.
+    e = _K * q
+    if s.st[ix(h)] & 3 == _IN_S:
+        unlink(s.link, s.sc, e + _S, h)
+        s.sc[ix(e + _NS)] -= 1
+    else:
+        unlink(s.link, s.sc, e + _M, h)
+        s.sc[ix(e + _NM)] -= 1
+    s.st[ix(h)] = _NONE
+
+
+STEPS = Steps(
+    S3FIFOState, s3fifo_state, s3fifo_is_resident, s3fifo_hit, s3fifo_admit, remove=s3fifo_remove
+)
+
+
+# --- fast kernel ----------------------------------------------------------------------------
+# The single cache, hand-fused: S, M and G as rings instead of lists (a ring cannot lose a block
+# from the middle, so this layout has no removal; nothing leaves the middle of one cache).
 # Per-block state, indexed by dense block id, is one integer ``st[h] = x * 4 + where``:
 #
 #   where  0: in no queue (never seen, or dropped from G)     x = 0
@@ -271,9 +435,6 @@ class S3FIFOReference(ReferencePolicy):
 # Every subscript is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): each index above is
 # non-negative, so numba's negative-index fix-up, three instructions in every address, is
 # skipped (1.24-1.32x).
-
-_NONE, _IN_G, _IN_S, _IN_M = 0, 1, 2, 3
-_INT32_MAX_FIELD = 2**29  # x * 4 + 3 <= 2**31 - 1 for every x < 2**29
 
 
 @njit(cache=True, nogil=True)
@@ -425,9 +586,11 @@ def _kernel_state(p: S3FIFOParams, n_blocks: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _state_bytes(p: S3FIFOParams, n_blocks: int, n_accesses: int) -> int:
-    """:func:`_kernel_state`: ``st`` (int64 at most per block) and the rings (int32 per slot of
-    S, M and twice G)."""
-    return 8 * n_blocks + 4 * (p.capacity + 2 * p.ghost_cap)
+    """The larger of the fast kernel's :func:`_kernel_state` (``st``, int64 at most per block,
+    and the rings: int32 per slot of S, M and twice G) and the steps' :func:`s3fifo_state`
+    (``link`` and ``st`` per id, nothing per slot)."""
+    fast = 8 * n_blocks + 4 * (p.capacity + 2 * p.ghost_cap)
+    return max(fast, link_bytes(n_blocks) + 8 * n_blocks)
 
 
 SPEC = register(
@@ -435,7 +598,8 @@ SPEC = register(
         name="S3FIFO",
         params_type=S3FIFOParams,
         reference=S3FIFOReference,
-        kernel=s3fifo_kernel,
+        steps=STEPS,
+        fast_kernel=s3fifo_kernel,
         kernel_args=_kernel_args,
         kernel_state=_kernel_state,
         state_bytes=_state_bytes,

@@ -59,11 +59,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
+from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
 from .base import (
     COMMON_COUNTERS,
@@ -74,6 +76,7 @@ from .base import (
     check_int,
     ix,
     register,
+    zeroed_state,
 )
 
 
@@ -141,6 +144,7 @@ class S3FIFOLCSReference(ReferencePolicy):
     """The pseudocode of the module docstring; S and M map a hash to its freq, head first."""
 
     counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
+    removable = True
 
     def __init__(self, params: S3FIFOLCSParams) -> None:
         super().__init__(params)
@@ -213,14 +217,181 @@ class S3FIFOLCSReference(ReferencePolicy):
             self.evicted(victim)
             return
 
+    def remove(self, h: Hashable) -> None:
+        # A tier's removal (the block moved to a faster tier): out of S or M, no ghost entry.
+        if h in self.S:
+            del self.S[h]
+        else:
+            del self.M[h]
 
-# --- compiled kernel ------------------------------------------------------------------------
-# Per block: ``where`` (0 nowhere, 1 G, 2 S, 3 M) and ``freq`` (int64: it counts hits without
-# bound). S and M are rings of ``capacity + 1`` slots (each holds at most ``capacity`` blocks:
-# S ∪ M never exceeds it) with a head and a length: only heads leave them. G loses entries from
-# the middle (ghost hits), so it is a doubly linked list threaded through ``gprev`` / ``gnext``.
-# One function with scalar locals, no array-taking helpers (see s3fifo.py). Every subscript is
-# ``a[ix(i)]``: block ids, ring slots and list links are tested non-negative before use.
+
+# --- steps ----------------------------------------------------------------------------------
+# S, M and G are lists (engine.lists' link pairs; an id is in at most one of them), so that a
+# block can leave S or M from the middle (a tier's removal). Per id: ``where`` (0 nowhere,
+# 1 G, 2 S, 3 M) and ``freq`` (int64: it counts hits without bound). Per cache
+# ``sc[10q:10q+10]`` = the ends of S, M and G, then |S|, |M|, |G| and ``has_evicted``. An
+# admission into a full cache evicts exactly one block: ``evict_small`` may only promote (every
+# head of S warm), and then S is empty and ``evict_main`` evicts one; so ``admit`` returns one
+# victim, as the steps' contract asks.
+#
+# A small queue of one slot admits nothing (``S3FIFO_insert``, see the module docstring): the
+# cache stays empty, which no admit step can express ("afterwards h is resident"), so the
+# steps refuse it (``make_state``); the single cache still replays it through the fast kernel.
+
+_NONE, _IN_G, _IN_S, _IN_M = 0, 1, 2, 3
+_S, _M, _G, _NS, _NM, _NG, _EVICTED = 0, 2, 4, 6, 7, 8, 9  # offsets in a cache's scalars
+_K = 10
+
+
+class S3FIFOLCSState(NamedTuple):
+    link: np.ndarray
+    where: np.ndarray
+    freq: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
+    small_cap: int
+    main_cap: int
+    ghost_cap: int
+    threshold: int
+
+
+def s3fifo_lcs_state(p: S3FIFOLCSParams, space: Space) -> S3FIFOLCSState:
+    if p.small_cap == 1:
+        raise ParameterError(
+            "small_ratio",
+            p.small_ratio,
+            f"with capacity={p.capacity}, int(capacity * small_ratio) = 1: libCacheSim's small "
+            "queue of one slot admits nothing (the cache stays empty), which only the single "
+            "cache replays; a tier or a cluster instance needs a small queue of 2 slots or more",
+        )
+    return S3FIFOLCSState(
+        link_array(space.n_ids),
+        zeroed_state(space.n_ids, np.int8),
+        np.empty(space.n_ids, np.int64),  # written at every admission before it is read
+        scalars(space.n_caches, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0),
+        counter_array(space.n_caches, S3FIFOLCSReference.counter_names),
+        p.capacity,
+        p.small_cap,
+        p.main_cap,
+        p.ghost_cap,
+        p.move_to_main_threshold,
+    )
+
+
+def s3fifo_lcs_is_resident(s, q, h):
+    return s.where[ix(h)] >= _IN_S
+
+
+def s3fifo_lcs_hit(s, q, h, pred):
+    s.freq[ix(h)] += 1
+
+
+@njit(inline="always")
+def _append(s, q, off, code, h):
+    """``h`` (in no list) at the tail of S, M or G (``off``), its ``where`` ``code``."""
+    push(s.link, s.sc, _K * q + off, h)
+    s.sc[ix(_K * q + _NS + off // 2)] += 1
+    s.where[ix(h)] = code
+
+
+@njit(inline="always")
+def _pop(s, q, off):
+    """The head of non-empty S, M or G (``off``), out of its list (``where`` unchanged)."""
+    s.sc[ix(_K * q + _NS + off // 2)] -= 1
+    return pop_head(s.link, s.sc, _K * q + off)
+
+
+@njit
+def _evict_main(s, q):
+    """S3FIFO_evict_main: requeue warm heads (a 2-bit clock), evict the first cold one (not
+    to the ghost); -1 if M is empty."""
+    while s.sc[ix(_K * q + _NM)] > 0:
+        v = s.sc[ix(_K * q + _M)]
+        f = s.freq[ix(v)]
+        if f >= 1:
+            s.freq[ix(v)] = min(f, 3) - 1
+            to_tail(s.link, s.sc, _K * q + _M, v)
+            continue
+        _pop(s, q, _M)
+        s.where[ix(v)] = _NONE
+        return v
+    return -1
+
+
+@njit
+def _evict_small(s, q):
+    """S3FIFO_evict_small: warm heads move to M with freq 0, the first cold one goes to the
+    ghost (one eviction); -1 if every head was warm."""
+    while s.sc[ix(_K * q + _NS)] > 0:
+        v = _pop(s, q, _S)
+        if s.freq[ix(v)] >= s.threshold:
+            s.cnt[ix(q), 3] += 1
+            s.freq[ix(v)] = 0
+            _append(s, q, _M, _IN_M, v)
+            continue
+        s.where[ix(v)] = _NONE
+        if s.ghost_cap > 0:
+            if s.sc[ix(_K * q + _NG)] >= s.ghost_cap:
+                s.where[ix(_pop(s, q, _G))] = _NONE
+            _append(s, q, _G, _IN_G, v)
+        return v
+    return -1
+
+
+def s3fifo_lcs_admit(s, q, h, pred):
+    e = _K * q
+    hit_on_ghost = s.where[ix(h)] == _IN_G
+    if hit_on_ghost:  # out of G
+        s.cnt[ix(q), 2] += 1
+        unlink(s.link, s.sc, e + _G, h)
+        s.sc[ix(e + _NG)] -= 1
+        s.where[ix(h)] = _NONE
+    victim = -1
+    while s.sc[ix(e + _NS)] + s.sc[ix(e + _NM)] + 1 > s.capacity:
+        s.sc[ix(e + _EVICTED)] = 1
+        if s.sc[ix(e + _NM)] > s.main_cap or s.sc[ix(e + _NS)] == 0:
+            v = _evict_main(s, q)
+        else:
+            v = _evict_small(s, q)
+        if v >= 0:
+            victim = v
+    s.freq[ix(h)] = 0
+    if hit_on_ghost or (s.sc[ix(e + _EVICTED)] == 0 and s.sc[ix(e + _NS)] >= s.small_cap):
+        _append(s, q, _M, _IN_M, h)
+    else:
+        _append(s, q, _S, _IN_S, h)
+    return victim
+
+
+def s3fifo_lcs_remove(s, q, h):
+    off = _S if s.where[ix(h)] == _IN_S else _M
+    unlink(s.link, s.sc, _K * q + off, h)
+    s.sc[ix(_K * q + _NS + off // 2)] -= 1
+    s.where[ix(h)] = _NONE
+
+
+STEPS = Steps(
+    S3FIFOLCSState,
+    s3fifo_lcs_state,
+    s3fifo_lcs_is_resident,
+    s3fifo_lcs_hit,
+    s3fifo_lcs_admit,
+    remove=s3fifo_lcs_remove,
+)
+
+
+# --- fast kernel ----------------------------------------------------------------------------
+# The single cache's replay, fused (libCacheSim's loop, scalar locals), kept as S3FIFO_LCS's
+# fast path where it measured faster than the driver over the steps above, and held equal to
+# it per request (tests/test_engine.py); it also replays a small queue of one slot, which the
+# steps refuse. Per block: ``where`` (0 nowhere, 1 G, 2 S, 3 M) and ``freq`` (int64: it counts
+# hits without bound). S and M are rings of ``capacity + 1`` slots (each holds at most
+# ``capacity`` blocks: S ∪ M never exceeds it) with a head and a length: only heads leave them.
+# G loses entries from the middle (ghost hits), so it is a doubly linked list threaded through
+# ``gprev`` / ``gnext``. One function with scalar locals, no array-taking helpers (see
+# s3fifo.py). Every subscript is ``a[ix(i)]``: block ids, ring slots and list links are tested
+# non-negative before use.
 
 
 @njit(cache=True, nogil=True)
@@ -360,9 +531,11 @@ def _kernel_args(p: S3FIFOLCSParams) -> tuple[int, int, int, int, int]:
 
 
 def _state_bytes(p: S3FIFOLCSParams, n_blocks: int, n_accesses: int) -> int:
-    """What :func:`s3fifo_lcs_kernel` allocates: ``where`` (int8), ``freq`` (int64), the ghost's
-    two int32 links per block, and two int32 rings of ``capacity + 1`` slots (S and M)."""
-    return (1 + 8 + 4 + 4) * n_blocks + 2 * 4 * (p.capacity + 1)
+    """The larger of what :func:`s3fifo_lcs_kernel` allocates (``where``, int8, ``freq``,
+    int64, the ghost's two int32 links per block, and two int32 rings of ``capacity + 1``
+    slots) and the steps' :func:`s3fifo_lcs_state` (``link``, ``where`` and ``freq`` per id)."""
+    fast = (1 + 8 + 4 + 4) * n_blocks + 2 * 4 * (p.capacity + 1)
+    return max(fast, link_bytes(n_blocks) + 9 * n_blocks)
 
 
 SPEC = register(
@@ -370,7 +543,8 @@ SPEC = register(
         name="S3FIFO_LCS",
         params_type=S3FIFOLCSParams,
         reference=S3FIFOLCSReference,
-        kernel=s3fifo_lcs_kernel,
+        steps=STEPS,
+        fast_kernel=s3fifo_lcs_kernel,
         kernel_args=_kernel_args,
         state_bytes=_state_bytes,
     )

@@ -56,18 +56,32 @@ from M of a block with a resident child after |M| skips in a row).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
-from .base import PolicySpec, ix, register
-from .s3fifo import S3FIFOParams, S3FIFOReference
-
-_NO_PARENT = object()  # parent of a request's first block
+from ..engine.lists import link_bytes, pop_head
+from ..engine.steps import Space, Steps, counter_array
+from .base import PolicySpec, ix, register, zeroed_state
+from .lru_leaf import ChainTree
+from .s3fifo import (
+    _K,
+    _M,
+    S3FIFOParams,
+    S3FIFOReference,
+    first_moves,
+    into_ghost,
+    into_main,
+    main_is_full,
+    requeue_head,
+    s3fifo_hit,
+    s3fifo_is_resident,
+    s3fifo_remove,
+    s3fifo_state,
+)
 
 
 @dataclass(frozen=True)
@@ -75,37 +89,26 @@ class S3FIFOLeafParams(S3FIFOParams):
     policy: ClassVar[str] = "S3FIFO_LEAF"
 
 
-class S3FIFOLeafReference(S3FIFOReference):
-    """S3FIFO's reference with the tree kept in ``parent`` (blocks in S ∪ M) and ``children``;
-    ``admit_to_M`` and ``insert_to_G`` are the rules of the module docstring."""
+class S3FIFOLeafReference(ChainTree, S3FIFOReference):
+    """S3FIFO's reference with LRU_LEAF's tree (:class:`~.lru_leaf.ChainTree`, over the blocks
+    in S ∪ M); ``admit_to_M`` and ``insert_to_G`` are the rules of the module docstring."""
 
     counter_names = (*S3FIFOReference.counter_names, "leaf_skips", "forced_evictions")
-    # A request-level policy (its accesses depend on the request's chain): not a tier of a
-    # multi-tier hierarchy, whatever S3FIFO allows.
-    reports_victims = False
-    removable = False
+    removable = True
 
     def __init__(self, params: S3FIFOLeafParams) -> None:
         super().__init__(params)
-        self.parent: dict[Hashable, object] = {}
-        self.children: defaultdict[Hashable, int] = defaultdict(int)
-
-    def access_request(self, hash_ids: Sequence[Hashable]) -> None:
-        parent: object = _NO_PARENT
-        for h in hash_ids:
-            self.access_under(h, parent)
-            parent = h
-
-    def access_under(self, h: Hashable, parent: object) -> None:
-        resident_before = self.is_resident(h)
-        super().access(h)  # S3FIFO's access rule (hit, ghost hit, or new block)
-        if not resident_before:
-            self.parent[h] = parent
-            if parent is not _NO_PARENT:
-                self.children[parent] += 1
+        self.init_tree()
 
     def access(self, h: Hashable) -> None:
-        self.access_under(h, _NO_PARENT)  # a block accessed alone is a one-block request
+        self.access_request([h])  # a block accessed alone is a one-block request
+
+    def hit(self, h: Hashable, pred: Hashable | None = None) -> None:
+        super().access(h)  # S3FIFO's access rule for a resident block
+
+    def _miss(self, h: Hashable, pred: Hashable | None) -> None:
+        super().access(h)  # S3FIFO's miss path (a ghost hit, or a new block)
+        self.adopt(h, pred)
 
     def admit_to_M(self, h: Hashable, freq: int) -> None:
         skipped = 0
@@ -125,212 +128,121 @@ class S3FIFOLeafReference(S3FIFOReference):
             if self.children[victim] > 0:
                 self.counters["forced_evictions"] += 1
             del self.M[victim]
-            self.counters["evictions"] += 1
+            self.evicted(victim)
             self.insert_to_G(victim)
             break
         self.M[h] = freq
 
     def insert_to_G(self, h: Hashable) -> None:
         # Only ever called with a block leaving S ∪ M: its parent loses a resident child.
-        parent = self.parent.pop(h)
-        if parent is not _NO_PARENT:
-            self.children[parent] -= 1
+        self.release(h)
         super().insert_to_G(h)
 
-
-# --- compiled kernel ------------------------------------------------------------------------
-# The layout of s3fifo.py's kernel before it kept S, M and G in one ring array with one
-# position per ring (separate rings, a head and a length each), plus ``parent`` / ``children``
-# arrays: the M drain counts ``skipped`` (a skip is just advancing the head of the full ring,
-# like a requeue), both evictions (S head to G, M head to G) decrement the victim's parent's
-# count, and the accessed block is adopted by its predecessor once its admission loop is done.
-# One function with scalar locals, no array-taking helpers (see s3fifo.py).
-
-_NONE, _IN_S, _IN_M, _IN_G = 0, 1, 2, 3
+    def remove(self, h: Hashable) -> None:
+        super().remove(h)
+        self.release(h)
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): block ids,
-# ring positions and ``offsets`` positions are non-negative; G's ends and a parent's -1 (none)
-# are tested before they are used, so numba's negative-index fix-up is skipped (1.08-1.43x,
-# docs/performance.md).
+# --- steps ----------------------------------------------------------------------------------
+# S3FIFO's state and steps (s3fifo.py: S, M and G as lists) plus ``parent`` / ``children``
+# arrays: the M drain counts ``skipped`` (a skip is a requeue without a decrement), both
+# evictions (S's cold head to G, M's victim to G) and a removal decrement the victim's parent's
+# count, and the admitted block is adopted by its predecessor once its admission is done.
 
 
-@njit(cache=True, nogil=True)
-def s3fifo_leaf_kernel(
-    block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
-    small_cap, main_cap, max_freq, ghost_freq,
-):  # fmt: skip
-    where = np.zeros(n_blocks, np.int8)
-    freq = np.zeros(n_blocks, np.int32)
-    parent = np.empty(n_blocks, np.int32)
-    children = np.zeros(n_blocks, np.int32)
-    g_link = np.empty((n_blocks, 2), np.int32)  # [prev, next]
-    s_ring = np.empty(small_cap, np.int32)
-    m_ring = np.empty(main_cap, np.int32)
-    s_head = s_len = m_head = m_len = g_len = 0
-    g_head = g_tail = -1
-    ghost_cap = main_cap
-    hits = evictions = ghost_hits = promotions = leaf_skips = forced = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first block outside S ∪ M.
-        k = start
-        while k < end:
-            w = where[ix(block_ids[ix(k)])]
-            if w != _IN_S and w != _IN_M:
-                break
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        pred = -1
-        for i in range(start, end):
-            h = block_ids[ix(i)]
-            w = where[ix(h)]
-            if w == _IN_S or w == _IN_M:  # noqa: SIM109 (plain compares in the hot loop)
-                hits += 1
-                f = freq[ix(h)] + 1
-                freq[ix(h)] = f if f < max_freq else max_freq
-                pred = h
-                continue
-            # A miss: pending moves as in s3fifo.py (to_g, to_m, to_s).
-            to_g = -1
-            to_m = -1
-            to_m_freq = 0
-            to_s = -1
-            if w == _IN_G:
-                ghost_hits += 1
-                p = g_link[ix(h), 0]
-                n = g_link[ix(h), 1]
-                if p >= 0:
-                    g_link[ix(p), 1] = n
-                else:
-                    g_head = n
-                if n >= 0:
-                    g_link[ix(n), 0] = p
-                else:
-                    g_tail = p
-                g_len -= 1
-                to_m = h
-                to_m_freq = ghost_freq
-            else:
-                to_s = h
+class S3FIFOLeafState(NamedTuple):
+    link: np.ndarray
+    st: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    small_cap: int
+    main_cap: int
+    saturated: int
+    ghost_freq: int
+    parent: np.ndarray
+    children: np.ndarray
+
+
+def s3fifo_leaf_state(p: S3FIFOLeafParams, space: Space) -> S3FIFOLeafState:
+    s = s3fifo_state(p, space)
+    return S3FIFOLeafState(
+        s.link,
+        s.st,
+        s.sc,
+        counter_array(space.n_caches, S3FIFOLeafReference.counter_names),
+        s.small_cap,
+        s.main_cap,
+        s.saturated,
+        s.ghost_freq,
+        np.empty(space.n_ids, np.int32),
+        zeroed_state(space.n_ids, np.int32),
+    )
+
+
+@njit(inline="always")
+def _release(s, v):
+    """``v`` left S ∪ M: its parent loses a resident child."""
+    vp = s.parent[ix(v)]
+    if vp >= 0:
+        s.children[ix(vp)] -= 1
+
+
+def s3fifo_leaf_admit(s, q, h, pred):
+    to_m, to_m_freq, victim = first_moves(s, q, h)  # as S3FIFO's, and a cold head of S
+    if victim >= 0:
+        _release(s, victim)  # leaves S ∪ M
+    if to_m >= 0:
+        if main_is_full(s, q):
+            # second chance, skipping freq-0 heads with resident children
+            skipped = 0
             while True:
-                if to_g >= 0:
-                    # insert_to_G (the parent count was already released at eviction)
-                    if g_len >= ghost_cap:
-                        old = g_head
-                        g_head = g_link[ix(old), 1]
-                        if g_head >= 0:
-                            g_link[ix(g_head), 0] = -1
-                        else:
-                            g_tail = -1
-                        where[ix(old)] = _NONE
-                        g_len -= 1
-                    g_link[ix(to_g), 0] = g_tail
-                    g_link[ix(to_g), 1] = -1
-                    if g_tail >= 0:
-                        g_link[ix(g_tail), 1] = to_g
-                    else:
-                        g_head = to_g
-                    g_tail = to_g
-                    g_len += 1
-                    where[ix(to_g)] = _IN_G
-                    to_g = -1
-                if to_m >= 0:
-                    # admit_to_M: second chance, skipping freq-0 heads with resident children.
+                v = s.sc[ix(_K * q + _M)]
+                vs = s.st[ix(v)]
+                if vs >= 4:
+                    s.st[ix(requeue_head(s, q))] = vs - 4
                     skipped = 0
-                    while m_len >= main_cap:
-                        victim = m_ring[ix(m_head)]
-                        vf = freq[ix(victim)]
-                        if vf >= 1:
-                            m_head += 1  # M is full: advancing the head requeues at the tail
-                            if m_head == main_cap:
-                                m_head = 0
-                            freq[ix(victim)] = vf - 1
-                            skipped = 0
-                            continue
-                        if children[ix(victim)] > 0:
-                            if skipped < m_len:
-                                m_head += 1
-                                if m_head == main_cap:
-                                    m_head = 0
-                                skipped += 1
-                                leaf_skips += 1
-                                continue
-                            forced += 1
-                        m_head += 1
-                        if m_head == main_cap:
-                            m_head = 0
-                        m_len -= 1
-                        evictions += 1
-                        vp = parent[ix(victim)]
-                        if vp >= 0:
-                            children[ix(vp)] -= 1
-                        to_g = victim  # inserted at the top of the next round
-                        break
-                    pos = m_head + m_len
-                    if pos >= main_cap:
-                        pos -= main_cap
-                    m_ring[ix(pos)] = to_m
-                    m_len += 1
-                    where[ix(to_m)] = _IN_M
-                    freq[ix(to_m)] = to_m_freq
-                    to_m = -1
                     continue
-                if to_s < 0:
-                    break
-                if s_len >= small_cap:
-                    # admit_to_S drains S's head: warm to M (freq kept), cold to G.
-                    victim = s_ring[ix(s_head)]
-                    s_head += 1
-                    if s_head == small_cap:
-                        s_head = 0
-                    s_len -= 1
-                    vf = freq[ix(victim)]
-                    if vf >= 1:
-                        promotions += 1
-                        to_m = victim
-                        to_m_freq = vf
-                    else:
-                        evictions += 1
-                        vp = parent[ix(victim)]
-                        if vp >= 0:
-                            children[ix(vp)] -= 1
-                        to_g = victim
-                    continue
-                pos = s_head + s_len
-                if pos >= small_cap:
-                    pos -= small_cap
-                s_ring[ix(pos)] = to_s
-                s_len += 1
-                where[ix(to_s)] = _IN_S
-                freq[ix(to_s)] = 0
+                if s.children[ix(v)] > 0:
+                    if skipped < s.main_cap:
+                        requeue_head(s, q)
+                        skipped += 1
+                        s.cnt[ix(q), 4] += 1
+                        continue
+                    s.cnt[ix(q), 5] += 1  # forced: |M| skips in a row
+                pop_head(s.link, s.sc, _K * q + _M)
+                victim = v
+                _release(s, v)
                 break
-            # h is now resident (in S, or in M after a ghost hit): its predecessor adopts it.
-            parent[ix(h)] = pred
-            if pred >= 0:
-                children[ix(pred)] += 1
-            pred = h
-    cnt[0] += hits
-    cnt[1] += evictions
-    cnt[2] += ghost_hits
-    cnt[3] += promotions
-    cnt[4] += leaf_skips
-    cnt[5] += forced
-    return hit_tokens, s_len + m_len
+        into_main(s, q, to_m, to_m_freq)
+    if victim >= 0:
+        into_ghost(s, q, victim)
+    # h is now resident (in S, or in M after a ghost hit): its predecessor adopts it.
+    parent = pred if pred >= 0 else -1
+    s.parent[ix(h)] = parent
+    if parent >= 0:
+        s.children[ix(parent)] += 1
+    return victim
 
 
-def _kernel_args(p: S3FIFOLeafParams) -> tuple[int, int, int, int]:
-    return (p.small_cap, p.main_cap, p.max_freq, p.ghost_freq)
+def s3fifo_leaf_remove(s, q, h):
+    s3fifo_remove(s, q, h)
+    _release(s, h)
+
+
+STEPS = Steps(
+    S3FIFOLeafState,
+    s3fifo_leaf_state,
+    s3fifo_is_resident,
+    s3fifo_hit,
+    s3fifo_leaf_admit,
+    remove=s3fifo_leaf_remove,
+)
 
 
 def _state_bytes(p: S3FIFOLeafParams, n_blocks: int, n_accesses: int) -> int:
-    """``where``, ``freq``, ``parent``, ``children`` and ``g_link`` per block (21 bytes), the S
-    and M rings (int32 per slot)."""
-    return 21 * n_blocks + 4 * p.capacity
+    """S3FIFO's steps' state (``link``, ``st``: int64 at most, per id) and ``parent`` and
+    ``children`` (int32) per id; S, M and G are lists over the ids, nothing per slot."""
+    return link_bytes(n_blocks) + 16 * n_blocks
 
 
 SPEC = register(
@@ -338,8 +250,7 @@ SPEC = register(
         name="S3FIFO_LEAF",
         params_type=S3FIFOLeafParams,
         reference=S3FIFOLeafReference,
-        kernel=s3fifo_leaf_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

@@ -38,11 +38,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
-from numba import njit
 
+from ..engine.lists import after, link_array, link_bytes, linked, push, scalars, unlink
+from ..engine.steps import Space, Steps, counter_array
 from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
 
 
@@ -67,7 +68,6 @@ class _Node:
 class SIEVEReference(ReferencePolicy):
     """Line-by-line transcription of Algorithm 1 (line numbers in the comments)."""
 
-    reports_victims = True
     removable = True
 
     def __init__(self, params: SIEVEParams) -> None:
@@ -135,95 +135,75 @@ class SIEVEReference(ReferencePolicy):
         self.T[x.key] = x
 
 
-# --- compiled kernel ------------------------------------------------------------------------
-# T is a doubly linked list threaded through ``node`` (indexed by dense block id), one row per
-# block so that the sweep touches one cache line per object: ``node[b, 0]`` = the paper's
-# ``b.prev`` (toward the head, newer), ``node[b, 1]`` = ``b.next`` (toward the tail, older),
-# ``node[b, 2]`` = visited (0/1), or -1 when ``b`` is not in T. -1 also ends the list and
-# stands for NULL in ``head``, ``tail`` and the hand ``hand``.
-
-_PREV, _NEXT, _VISITED = 0, 1, 2
+# --- steps ----------------------------------------------------------------------------------
+# T is a list (engine.lists' link pairs) whose head is the paper's tail (oldest) and whose tail
+# is the paper's head (newest), so the paper's ``o.prev`` (toward its head) is ``after(link,
+# o)``. Per id its visited bit; per cache ``sc[4q:4q+4]`` = the list's ends, |T|, and the hand
+# (-1 for NULL).
 
 
-# Every subscript in the loop is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): an end of the
-# list, -1, is tested before it is used as an index (the hand falls back to the tail, which a
-# full cache has), so every index is a block id or an ``offsets`` position, non-negative, and
-# numba's negative-index fix-up is skipped (1.2-1.4x, docs/performance.md).
+class SIEVEState(NamedTuple):
+    link: np.ndarray
+    visited: np.ndarray
+    sc: np.ndarray
+    cnt: np.ndarray
+    capacity: int
 
 
-@njit(cache=True, nogil=True)
-def sieve_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity):
-    node = np.empty((n_blocks, 3), np.int32)
-    node[:, _VISITED] = -1
-    head = -1
-    tail = -1
-    hand = -1
-    size = 0
-    hits = 0
-    evictions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # Longest resident prefix at arrival: stops at the first block not in T.
-        k = start
-        while k < end and node[ix(block_ids[ix(k)]), _VISITED] >= 0:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        # Then every block of the request is accessed, hit or miss, in order.
-        for i in range(start, end):
-            x = block_ids[ix(i)]
-            if node[ix(x), _VISITED] >= 0:  # 1: cache hit
-                hits += 1
-                node[ix(x), _VISITED] = 1  # 2
-                continue
-            if size == capacity:  # 4: cache full
-                o = hand  # 5
-                if o < 0:  # 6
-                    o = tail  # 7
-                while node[ix(o), _VISITED] == 1:  # 8
-                    node[ix(o), _VISITED] = 0  # 9
-                    o = node[ix(o), _PREV]  # 10
-                    if o < 0:  # 11
-                        o = tail  # 12
-                p = node[ix(o), _PREV]
-                n = node[ix(o), _NEXT]
-                hand = p  # 13
-                # 14: discard o
-                if p >= 0:
-                    node[ix(p), _NEXT] = n
-                else:
-                    head = n
-                if n >= 0:
-                    node[ix(n), _PREV] = p
-                else:
-                    tail = p
-                node[ix(o), _VISITED] = -1
-                size -= 1
-                evictions += 1
-            # 15: insert x at the head; 16: not visited
-            node[ix(x), _PREV] = -1
-            node[ix(x), _NEXT] = head
-            if head >= 0:
-                node[ix(head), _PREV] = x
-            else:
-                tail = x
-            head = x
-            node[ix(x), _VISITED] = 0
-            size += 1
-    cnt[0] += hits
-    cnt[1] += evictions
-    return hit_tokens, size
+def sieve_state(p: SIEVEParams, space: Space) -> SIEVEState:
+    return SIEVEState(
+        link_array(space.n_ids),
+        np.zeros(space.n_ids, np.uint8),
+        scalars(space.n_caches, -1, -1, 0, -1),
+        counter_array(space.n_caches, SIEVEReference.counter_names),
+        p.capacity,
+    )
 
 
-def _kernel_args(p: SIEVEParams) -> tuple[int]:
-    return (p.capacity,)
+def sieve_is_resident(s, q, h):
+    return linked(s.link, h)  # 1: x is in T
+
+
+def sieve_hit(s, q, h, pred):
+    s.visited[ix(h)] = 1  # 2
+
+
+def sieve_admit(s, q, h, pred):
+    e = 4 * q
+    victim = -1
+    if s.sc[ix(e + 2)] == s.capacity:  # 4: cache full
+        o = s.sc[ix(e + 3)]  # 5
+        if o < 0:  # 6
+            o = s.sc[ix(e)]  # 7: the tail of T
+        while s.visited[ix(o)] == 1:  # 8
+            s.visited[ix(o)] = 0  # 9
+            o = after(s.link, o)  # 10
+            if o < 0:  # 11
+                o = s.sc[ix(e)]  # 12
+        s.sc[ix(e + 3)] = after(s.link, o)  # 13
+        unlink(s.link, s.sc, e, o)  # 14
+        victim = o
+    else:
+        s.sc[ix(e + 2)] += 1
+    push(s.link, s.sc, e, h)  # 15: insert x in the head of T
+    s.visited[ix(h)] = 0  # 16
+    return victim
+
+
+def sieve_remove(s, q, h):
+    e = 4 * q
+    if s.sc[ix(e + 3)] == h:
+        s.sc[ix(e + 3)] = after(s.link, h)  # as after evicting h (line 13)
+    unlink(s.link, s.sc, e, h)
+    s.sc[ix(e + 2)] -= 1
+
+
+STEPS = Steps(SIEVEState, sieve_state, sieve_is_resident, sieve_hit, sieve_admit, sieve_remove)
 
 
 def _state_bytes(p: SIEVEParams, n_blocks: int, n_accesses: int) -> int:
-    """``node``: three int32 per block."""
-    return 12 * n_blocks
+    """:func:`sieve_state`: ``link`` and ``visited`` (uint8) per id."""
+    return link_bytes(n_blocks) + n_blocks
 
 
 SPEC = register(
@@ -231,8 +211,7 @@ SPEC = register(
         name="SIEVE",
         params_type=SIEVEParams,
         reference=SIEVEReference,
-        kernel=sieve_kernel,
-        kernel_args=_kernel_args,
+        steps=STEPS,
         state_bytes=_state_bytes,
     )
 )

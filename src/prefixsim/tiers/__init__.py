@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..engine import tiers as tiers_driver
+from ..policies import get_policy
 from ..policies.base import check_int
-from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, _as_trace
+from ..replay import MAX_BLOCK_SIZE, Engine, _as_trace, check_engine
 from ..semantics import Semantics, require_spec
 from ..trace import Trace
-from .kernel import CODES, tiers_kernel
 from .model import (
     COUNTER_NAMES,
     MEDIA,
@@ -43,7 +43,6 @@ from .model import (
 from .reference import reference_replay
 
 __all__ = [
-    "CODES",
     "COUNTER_NAMES",
     "MEDIA",
     "MODES",
@@ -73,52 +72,31 @@ def replay_tiers(
 
     ``tiers`` are :class:`Tier` objects (:func:`make_tier`) or mappings of the same keys
     (``{"policy": "LRU", "capacity": 2048, "name": "hbm"}``). ``engine="kernel"`` runs the
-    compiled kernel, which takes the policies of :data:`CODES`; ``"reference"`` the
-    plain-Python reference, which also runs every policy as a single tier (and CLOCK, ARC,
-    BELADY as the first tier).
+    compiled hierarchy driver (:mod:`prefixsim.engine.tiers`) over the tiers' policies' steps;
+    ``"reference"`` the plain-Python reference driver (:mod:`prefixsim.tiers.reference`). Both
+    take every policy, in the positions :func:`check_tiers` allows.
     """
     require_spec(semantics, "a hierarchy of tiers")
     checked = check_tiers(tiers, mode)
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_engine(engine)
     trace = _as_trace(trace_or_path)
-    n_tiers = len(checked)
     start = time.perf_counter()
     if engine == "kernel":
-        for i, tier in enumerate(checked):
-            if tier.policy not in CODES:
-                raise ParameterError(
-                    f"tiers[{i}].policy",
-                    tier.policy,
-                    f"the tier kernel runs {', '.join(CODES)}; use engine='reference'",
-                )
-        small = [getattr(t.params, "small_cap", 0) for t in checked]
-        tier_hit_tokens = np.zeros((n_tiers, trace.n_requests), np.int64)
-        tcnt = np.zeros((n_tiers, len(COUNTER_NAMES)), np.int64)
-        occupancy = np.zeros(n_tiers, np.int64)
-        hit_tokens = tiers_kernel(
+        hit_tokens, tier_hit_tokens, tcnt, final = tiers_driver.run(
+            [(get_policy(t.policy).compiled_steps(), t.params) for t in checked],
+            mode == "exclusive",
             trace.block_ids,
             trace.offsets,
             trace.input_lengths,
             trace.n_blocks,
             block_size,
-            mode == "exclusive",
-            np.array([CODES[t.policy] for t in checked], np.int64),
-            np.array([t.params.capacity for t in checked], np.int64),
-            np.array(small, np.int64),
-            np.array([getattr(t.params, "max_freq", 0) for t in checked], np.int64),
-            np.array([getattr(t.params, "ghost_freq", 0) for t in checked], np.int64),
-            tier_hit_tokens,
-            tcnt,
-            occupancy,
         )
         counters = [dict(zip(COUNTER_NAMES, row, strict=True)) for row in tcnt.tolist()]
-        final = [int(x) for x in occupancy]
-    elif engine == "reference":
+    else:
         hit_tokens, tier_hit_tokens, counters, final = reference_replay(
             trace, checked, mode, block_size
         )
-    else:
-        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
     seconds = time.perf_counter() - start
     return TieredResult(
         tiers=checked,

@@ -90,23 +90,31 @@ def check_tiers(tiers: Sequence[Tier | Mapping[str, Any]], mode: str) -> tuple[T
         if name in {t.name for t in out}:
             raise ParameterError(f"tiers[{i}].name", name, "tier names must be distinct")
         out.append(Tier(tier.params, name, tier.medium))
-    if len(out) > 1:
-        for i, tier in enumerate(out):
-            ref = get_policy(tier.policy).reference
-            if i + 1 < len(out) and not ref.reports_victims:
-                raise ParameterError(
-                    f"tiers[{i}].policy",
-                    tier.policy,
-                    "a request-level policy cannot feed a lower tier (it runs only as the "
-                    "single tier of a hierarchy)",
-                )
-            if i > 0 and not ref.removable:
-                raise ParameterError(
-                    f"tiers[{i}].policy",
-                    tier.policy,
-                    "has no natural removal, so it cannot be a lower tier; lower tiers take "
-                    "LRU, FIFO, SIEVE, LFU or S3FIFO",
-                )
+    for i, tier in enumerate(out):
+        if get_policy(tier.policy).steps is None:
+            raise ParameterError(
+                f"tiers[{i}].policy",
+                tier.policy,
+                "has no compiled steps, so it cannot be a tier (its reference serves whole "
+                "requests, not the block-by-block admissions a hierarchy makes): "
+                "docs/policies.md, 'Refusals'",
+            )
+    for i, tier in enumerate(out[1:], start=1):
+        spec = get_policy(tier.policy)
+        if mode == "exclusive" and not spec.removable:
+            raise ParameterError(
+                f"tiers[{i}].policy",
+                tier.policy,
+                "has no natural removal, so it cannot be a lower tier in exclusive mode (a hit "
+                "there moves the block out); docs/tiers.md says which policies go where",
+            )
+        if spec.offline:
+            raise ParameterError(
+                f"tiers[{i}].policy",
+                tier.policy,
+                "is offline: it follows the whole stream of accesses, which only the first "
+                "tier sees, so it can only be the first tier",
+            )
     return tuple(out)
 
 
@@ -197,9 +205,7 @@ class TieredResult(HitTotals):
 
     def to_report(self, per_request: bool = True) -> dict[str, Any]:
         report: dict[str, Any] = {
-            "overall_hit_rate": self.overall_hit_rate,
-            "total_hit_tokens": self.total_hit_tokens,
-            "total_prompt_tokens": self.total_prompt_tokens,
+            **self.report_totals(),
             "final_cache_blocks": self.final_cache_blocks,
             "block_size": self.block_size,
             "mode": self.mode,

@@ -1,8 +1,10 @@
 """The plain-Python reference of a cache hierarchy, written to read like ``docs/tiers.md``.
 
-It composes the policies' own references through their tier steps (``hit``, ``admit`` which
-returns the policy's victims, ``remove``), so every tier behaves exactly as the single cache
-does; only the moves between tiers are new here.
+It is the reference driver of a hierarchy: it composes the policies' own references through
+their steps (``begin_request``, ``hit``, ``admit`` which returns the policy's victims,
+``remove``, ``end_request``; ``prefixsim.policies.ReferencePolicy``), in the order the compiled
+driver calls them (``prefixsim.engine.tiers``), so every tier behaves exactly as the single
+cache does; only the moves between tiers are new here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from ..policies import ReferencePolicy, get_policy
+from ..policies.base import DEMOTED
 from ..trace import Trace
 from .model import COUNTER_NAMES, Tier, block_tokens
 
@@ -33,56 +36,51 @@ class ReferenceHierarchy:
                 return t
         return None
 
-    def access(self, h: Hashable) -> None:
+    def access(self, h: Hashable, pred: Hashable | None) -> None:
+        """One block of the request; ``pred`` the request's previous block (None: its first)."""
         t = self.fastest_holder(h)
         if t is not None:
             self.counters[t]["hits"] += 1
         if self.mode == "exclusive":
             if t == 0:
-                self.caches[0].hit(h)
+                self.caches[0].hit(h, pred)
                 return
             if t is not None:
                 self.caches[t].remove(h)  # leaves no ghost entry; not an eviction
                 self.counters[t]["promotions_out"] += 1
-            self.admit(0, h)
+            self.admit(0, h, pred)
         else:  # inclusive
             if t is not None:
-                self.caches[t].hit(h)  # slower copies are left untouched
+                self.caches[t].hit(h, pred)  # slower copies are left untouched
                 if t > 0:
                     self.counters[t]["promotions_out"] += 1
             # A miss goes to every tier, a lower hit to every faster one. Tiers do not interact
             # in this mode (a victim just loses that copy), so the order does not matter.
             for u in range(len(self.caches) if t is None else t):
                 self.counters[u]["admissions"] += 1
-                self.counters[u]["evictions"] += len(self.caches[u].admit(h))
+                self.counters[u]["evictions"] += len(self.caches[u].admit(h, pred))
 
-    def admit(self, t: int, h: Hashable) -> None:
+    def admit(self, t: int, h: Hashable, pred: Hashable | None) -> None:
         """Exclusive mode: admit ``h`` to tier ``t``; each victim is demoted to the next tier
         before the following victim (depth first), and dropped from the last tier."""
         self.counters[t]["admissions"] += 1
-        for victim in self.caches[t].admit(h):
+        for victim in self.caches[t].admit(h, pred):
             self.counters[t]["evictions"] += 1
             if t + 1 < len(self.caches):
                 self.counters[t + 1]["demotions_in"] += 1
-                self.admit(t + 1, victim)
+                self.admit(t + 1, victim, DEMOTED)
 
     def access_request(self, hash_ids: Sequence[Hashable]) -> None:
-        if len(self.caches) == 1 and not type(self.caches[0]).reports_victims:
-            self.single_request(hash_ids)
-            return
+        """The request's steps on every tier: ``begin_request``, each block in order,
+        ``end_request``."""
+        for cache in self.caches:
+            cache.begin_request(hash_ids)
+        pred = None
         for h in hash_ids:
-            self.access(h)
-
-    def single_request(self, hash_ids: Sequence[Hashable]) -> None:
-        """A one-tier hierarchy of a request-level (prefix-aware) policy: the single cache's
-        own request step, with the tier counters read from the policy's counters."""
-        cache = self.caches[0]
-        hits, evictions = cache.counters["block_hits"], cache.counters["evictions"]
-        cache.access_request(hash_ids)
-        new_hits = cache.counters["block_hits"] - hits
-        self.counters[0]["hits"] += new_hits
-        self.counters[0]["admissions"] += len(hash_ids) - new_hits
-        self.counters[0]["evictions"] += cache.counters["evictions"] - evictions
+            self.access(h, pred)
+            pred = h
+        for cache in self.caches:
+            cache.end_request()
 
 
 def reference_replay(

@@ -1,0 +1,171 @@
+"""The cluster driver for the routers that look at the caches or the load (``least_loaded``,
+``kv_aware``): every instance's cache, routing at arrival, the replay and the FCFS load model
+in one compiled pass, for any policy.
+
+Invariants (``docs/cluster.md``): requests in trace order; for request ``r`` arriving at
+``arrival[r]``:
+
+1. route: the instance of lowest cost, ties to the lowest index; the cost is the load
+   ``max(free_i, t) - t``, plus for ``kv_aware`` ``overlap_weight`` times the estimated
+   prefill time of the request's hit tokens on instance ``i`` (its prefix read with
+   ``is_resident`` only, as the caches are at arrival);
+2. on the chosen instance ``i``, exactly the single cache's request
+   (:func:`prefixsim.engine.rules.replay_request`: ``begin``, ``hit`` or ``admit`` per block,
+   ``end``), so an instance's hits are those of a single-cache replay of its sub-trace;
+3. the load model queues it first come first served on ``i``.
+
+All instances are one policy state over dense *pair ids*, numbered in order of the (instance,
+block) pair's first access (at most one per block access, so the state is as compact as one
+cache's, instead of ``n_instances * n_blocks`` entries scattered over tens of MB, which cost a
+cache miss per access: 10x slower at 16 instances); ``pair[block * n_instances + i]`` holds the
+pair id + 1 (0: instance ``i`` never accessed the block, so it is not resident there), one cache
+line for a block's entries on every instance, which ``kv_aware``'s probes read. Before its
+accesses, the request's blocks are translated to the chosen instance's pair ids (``ids``), so
+the steps see one cache's ids, with ``q = i``. The driver counts each instance's block hits and
+evictions (``cnt[i, 0:2]``); its final size is its misses minus its evictions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine.rules import SpecRule, hit_tokens, one_policy_driver, replay_request, scan_limit
+from ..engine.steps import Space, Steps, is_resident, ix
+from .load import prefill_seconds
+from .routers import KERNEL_KV_AWARE
+
+
+def _template(stamp: str) -> Any:
+    def cluster_driver(
+        block_ids, offsets, input_lengths, output_lengths, arrival, rule, n_instances,
+        router_code, overlap_weight, decode_s, consts, pair, s, ids,
+        instance, out, delay, prefill, service, free,
+    ):  # fmt: skip
+        stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
+        bs, two_p, coeff, eff, kvb, bw = consts
+        n_pairs = 0
+        for r in range(input_lengths.shape[0]):
+            start = offsets[ix(r)]
+            end_ = offsets[ix(r + 1)]
+            n = input_lengths[ix(r)]
+            t = arrival[ix(r)]
+            stop = start + scan_limit(rule, end_ - start, n)
+            # Route: the lowest cost, ties to the lowest index (strict <).
+            best = -1
+            best_cost = 0.0
+            memo_hit = -1
+            memo_p = 0.0
+            for i in range(n_instances):
+                cost = (free[ix(i)] if free[ix(i)] > t else t) - t
+                if router_code == KERNEL_KV_AWARE:
+                    k = start
+                    while k < stop:
+                        q = pair[ix(block_ids[ix(k)] * n_instances + i)] - 1
+                        if q < 0:
+                            break
+                        if not is_resident(s, i, q):
+                            break
+                        k += 1
+                    hit = hit_tokens(rule, k - start, n)
+                    if hit != memo_hit:  # instances often share a prefix length: reuse its time
+                        memo_hit = hit
+                        memo_p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                    cost += overlap_weight * memo_p
+                if best < 0 or cost < best_cost:
+                    best = i
+                    best_cost = cost
+            i = best
+            instance[ix(r)] = i
+            # The request's blocks as instance i's pair ids (a new pair at a first access).
+            for j in range(start, end_):
+                slot = block_ids[ix(j)] * n_instances + i
+                q = pair[ix(slot)] - 1
+                if q < 0:
+                    q = n_pairs
+                    n_pairs += 1
+                    pair[ix(slot)] = q + 1
+                ids[ix(j - start)] = q
+            tokens, hits, evictions = replay_request(s, i, ids, 0, end_ - start, n, rule)
+            out[ix(r)] = tokens
+            s.cnt[ix(i), 0] += hits
+            s.cnt[ix(i), 1] += evictions
+            # Load model: FCFS on instance i.
+            p = prefill_seconds(n, tokens, bs, two_p, coeff, eff, kvb, bw)
+            begin_at = free[ix(i)] if free[ix(i)] > t else t
+            delay[ix(r)] = begin_at - t
+            prefill[ix(r)] = p
+            service[ix(r)] = p + float(output_lengths[ix(r)]) * decode_s
+            free[ix(i)] = begin_at + service[ix(r)]
+
+    return cluster_driver
+
+
+def _pair_dtype(n_accesses: int) -> type[np.signedinteger[Any]]:
+    return np.int32 if n_accesses < 2**31 - 1 else np.int64
+
+
+def pair_map_bytes(n_blocks: int, n_accesses: int, instances: int) -> int:
+    """What :func:`run` allocates beside the policy's state: the (instance, block) -> pair id
+    map and the request's ids (at most one per access); the state itself is over at most
+    ``min(n_accesses, instances * n_blocks)`` pair ids (``check_cluster`` bounds it by
+    ``instances`` states of ``n_blocks`` ids)."""
+    item = np.dtype(_pair_dtype(n_accesses)).itemsize
+    return item * (n_blocks * instances + n_accesses)
+
+
+def run(
+    steps: Steps,
+    params: Any,
+    trace: Any,
+    arrival: np.ndarray,
+    block_size: int,
+    instances: int,
+    router_code: int,
+    overlap_weight: float,
+    decode_seconds_per_token: float,
+    consts: tuple[Any, ...],
+) -> tuple[np.ndarray, ...]:
+    """One cluster replay: per request the instance, hit tokens, queueing delay, prefill and
+    service seconds; per instance the counters ``[instance, counter]``."""
+    # At most one pair per block access; int64 ids only when they could pass int32.
+    max_pairs = min(trace.n_accesses, instances * trace.n_blocks)
+    dtype = _pair_dtype(trace.n_accesses)
+    pair = np.zeros(trace.n_blocks * instances, dtype)  # untouched pages stay unallocated
+    s = steps.make_state(params, Space(max_pairs, instances, trace.block_ids))
+    lengths = np.diff(trace.offsets)
+    ids = np.empty(int(lengths.max()) if len(lengths) else 0, dtype)
+    n = trace.n_requests
+    instance = np.empty(n, np.int32)
+    out = np.empty(n, np.int64)
+    delay, prefill, service = np.empty(n), np.empty(n), np.empty(n)
+    free = np.full(instances, -np.inf)  # idle until given work (timestamps may be < 0)
+    driver(steps)(
+        trace.block_ids,
+        trace.offsets,
+        trace.input_lengths,
+        trace.output_lengths,
+        arrival,
+        SpecRule(block_size),
+        instances,
+        router_code,
+        overlap_weight,
+        decode_seconds_per_token,
+        consts,
+        pair,
+        s,
+        ids,
+        instance,
+        out,
+        delay,
+        prefill,
+        service,
+        free,
+    )
+    return instance, out, delay, prefill, service, s.cnt
+
+
+def driver(steps: Steps, rule: type = SpecRule) -> Any:
+    """The compiled cluster driver of ``steps`` (a numba dispatcher)."""
+    return one_policy_driver(_template, steps, rule)
