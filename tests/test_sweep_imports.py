@@ -87,10 +87,7 @@ def circles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 KNOWN: dict[str, list[list[str]]] = {
-    "sweep": [
-        ["sweep.config", "sweep.overrides"],  # to_sweep_config's messages; wip/audit's files
-        ["sweep.figures.findings", "sweep.figures.small_ratio"],  # wip/figfix's files
-    ],
+    "sweep": [],
     "prefixsim": [  # the formats and the trace; wip/drivers removes it
         [
             "prefixsim.formats",
