@@ -12,6 +12,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 PLANNING = (
     "sweep.grid",
+    "sweep.expand",
     "sweep.points",
     "sweep.tiers",
     "sweep.cluster",
