@@ -96,9 +96,3 @@ class Point(_Scenario):
         if self.cluster is not None:
             items.update(self.cluster.describe())
         return " ".join(f"{k}={v}" for k, v in items.items())
-
-
-def check_block_size(value: int) -> int:
-    from prefixsim.policies.base import check_int
-
-    return check_int("block_size", value, 1)
