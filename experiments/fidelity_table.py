@@ -5,8 +5,9 @@ For each trace and capacity (blocks of 512 tokens), one replay each of:
 * vLLM v1 (the oracle ``prefixsim.oracles.vllm_v1``) against the specification's rule with
   the same eviction order (``LRU_TAIL_FIRST``, ``spec``), and ``LRU_TAIL_FIRST`` under
   ``semantics="vllm"`` against the oracle (requests that differ; 0 is the fidelity claim);
-* SGLang (``prefixsim.oracles.sglang_radix``) against ``LRU_LEAF`` under the same hit rule
-  (``sglang``), and ``RADIX`` under ``sglang`` against the oracle;
+* SGLang (``prefixsim.oracles.sglang_radix``) against ``LRU_LEAF`` under the specification's
+  rule and under the same hit rule (``sglang``), and ``RADIX`` under ``sglang`` against the
+  oracle;
 * libCacheSim 0.3.5's S3FIFO (``S3FIFO_LCS``, held equal to the ``libcachesim`` package by the
   tests; checked again here when it is installed) against the specification's ``S3FIFO``:
   block hits, hit tokens, and the occupancy that explains the difference.
@@ -58,7 +59,12 @@ def row(trace: prefixsim.Trace, capacity: int) -> dict[str, str]:
     out["vLLM vs spec"] = f"{pct(vllm.sum(), spec.sum())} ({int((vllm != spec).sum())} req.)"
     out["LRU_TAIL_FIRST@vllm != vLLM"] = str(int((sim != vllm).sum()))
     sglang = np.array(sglang_radix.replay_trace(trace, capacity, BS).hit_tokens)
-    leaf, _, _ = reference_replay(trace, prefixsim.make_params("LRU_LEAF", capacity), BS, "sglang")
+    leaf_params = prefixsim.make_params("LRU_LEAF", capacity)
+    leaf_spec, _, _ = reference_replay(trace, leaf_params, BS, "spec")
+    out["SGLang vs LRU_LEAF (spec)"] = (
+        f"{pct(sglang.sum(), leaf_spec.sum())} ({int((sglang != leaf_spec).sum())} req.)"
+    )
+    leaf, _, _ = reference_replay(trace, leaf_params, BS, "sglang")
     radix, _, _ = reference_replay(trace, prefixsim.make_params("RADIX", capacity), BS, "sglang")
     out["SGLang vs LRU_LEAF@sglang"] = (
         f"{pct(sglang.sum(), leaf.sum())} ({int((sglang != leaf).sum())} req.)"

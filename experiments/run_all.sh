@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 for name in capacity_curve small_ratio_tuning max_freq_effect mooncake_fig9 all_policies \
-    llama70b_dram_pool cluster_routers; do
+    llama70b_dram_pool cluster_routers engine_fidelity s3fifo_libcachesim; do
   SECONDS=0
   "$PYTHON" -m sweep "+experiment=$name" "$@"
   echo "$name: ${SECONDS} s -> outputs/experiments/$name/figures" >&2

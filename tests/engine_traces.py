@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import make_trace
 from prefixsim import Trace
+from prefixsim.semantics import Semantics
 
 ENGINE_BLOCK_SIZES = (1, 2, 3, 16)
 
@@ -98,3 +99,26 @@ def engine_trace(
     """A :class:`Trace` of ``(input_length, hash_ids)`` pairs with ``outputs`` as the output
     lengths (0 if None)."""
     return make_trace(requests, name, outputs)
+
+
+@st.composite
+def vllm_point(draw: st.DrawFn) -> tuple[EngineCase, int, Semantics]:
+    """An engine trace, a capacity that holds its largest request and the null block, and a
+    vLLM semantics (either free order, outputs cached or not)."""
+    case = draw(engine_requests())
+    outputs = draw(st.booleans())
+    need = case.max_kv_blocks() if outputs else case.max_blocks
+    capacity = draw(st.integers(max(need, 1) + 1, need + 11))  # + the null block
+    free = draw(st.sampled_from(["front", "back"]))
+    return case, capacity, Semantics("vllm", unhashed_free=free, cache_output_blocks=outputs)
+
+
+@st.composite
+def sglang_point(draw: st.DrawFn) -> tuple[EngineCase, int, bool, bool]:
+    """An engine trace, a capacity that holds its largest request, whether outputs are
+    cached, and RADIX's ``evict_shortfall``."""
+    case = draw(engine_requests())
+    outputs = draw(st.booleans())
+    need = case.max_kv_blocks() if outputs else case.max_blocks
+    capacity = draw(st.integers(max(need, 1), need + 10))
+    return case, capacity, outputs, draw(st.booleans())

@@ -13,7 +13,12 @@
 * what breaks the one style of the figures (:func:`style_problems`): a legend inside an axes
   or below the panels, rotated tick labels, powers (``2^13``) or brackets (``[blocks]``) in
   labels, a hit rate not in percent, a rate's y axis not from 0, a hit rate against capacity
-  without the infinite-cache ceiling.
+  without the infinite-cache ceiling, panels of one quantity (one y label) on different y
+  scales.
+
+:func:`run_problems` checks the figures of one run together: a series (a policy, a router, a
+point) drawn in one colour and line style in every figure, one marker wherever it has markers,
+and two policies never in one colour.
 """
 
 from __future__ import annotations
@@ -357,6 +362,100 @@ def style_problems(fig: Figure) -> list[str]:
     return found
 
 
+def scale_problems(fig: Figure) -> list[str]:
+    """Panels of one quantity (the same y label and y scale) whose y limits differ: read side
+    by side, the same height must mean the same value."""
+    limits: dict[tuple[str, str], dict[tuple[float, float], str]] = {}
+    for ax in fig.get_axes():
+        if not ax.axison or not ax.get_ylabel():
+            continue
+        lo, hi = ax.get_ylim()
+        key = (ax.get_ylabel(), ax.get_yscale())
+        limits.setdefault(key, {}).setdefault((round(lo, 9), round(hi, 9)), ax.get_title())
+    return [
+        f"panels of {label!r} on {len(seen)} y scales: "
+        + ", ".join(f"{t!r} {lo:g} to {hi:g}" for (lo, hi), t in seen.items())
+        for (label, _), seen in limits.items()
+        if len(seen) > 1
+    ]
+
+
+Look = tuple[tuple[float, ...], str | None, str | None]
+"""A series' look in one figure: colour (RGBA), line style, marker (None: not drawn)."""
+
+
+def _same_note(label: str) -> str:
+    """A series' label without its ``(= OTHER)`` notice (it is the same series)."""
+    return label.split(" (= ", 1)[0]
+
+
+def _line_style(line: Line2D) -> str | None:
+    """``-``, or the style's name and its dashes (matplotlib names every dash tuple ``--``),
+    or None for markers without a line."""
+    name = str(line.get_linestyle())
+    if name in ("None", "none", "", " "):
+        return None
+    dashes = line._unscaled_dash_pattern[1]  # type: ignore[attr-defined]
+    return name if dashes is None else f"{name} {tuple(round(float(d), 2) for d in dashes)}"
+
+
+def looks_by_series(fig: Figure) -> dict[str, set[Look]]:
+    """The looks (colour, line style or None, marker or None) each series is drawn in: its
+    labelled lines, by label (without an ``(= OTHER)`` notice), in every axes of ``fig``; the lines
+    drawn for a series' other parts (``_part of``: its p99, its moved markers) are left out."""
+    out: dict[str, set[Look]] = {}
+    for ax in _all_axes(fig):
+        for line in ax.get_lines():
+            label = str(line.get_label())
+            if label.startswith("_") or not line.get_visible():
+                continue
+            colour = tuple(round(c, 4) for c in to_rgba(line.get_color()))
+            marker = line.get_marker()
+            shown = None if marker in (None, "None", "none", "", " ") else str(marker)
+            look = (colour, _line_style(line), shown)
+            out.setdefault(_same_note(label), set()).add(look)
+    return out
+
+
+def run_problems(figures: dict[str, Figure], policies: Any) -> list[str]:
+    """What breaks the one style across the figures of one run (``figures`` by name): a series
+    in two colours, two line styles or two markers (a figure drawn without markers, or with
+    markers only, does not count for them), a policy in two colours, two policies in one
+    colour."""
+    found = []
+    looks: dict[str, dict[Look, list[str]]] = {}
+    for name, fig in figures.items():
+        for label, drawn in looks_by_series(fig).items():
+            for look in drawn:
+                looks.setdefault(label, {}).setdefault(look, []).append(name)
+    for label, where_drawn in looks.items():
+        for what, part in (("colours", 0), ("line styles", 1), ("markers", 2)):
+            values: dict[Any, list[str]] = {}
+            for look, names in where_drawn.items():
+                if look[part] is not None:
+                    values.setdefault(look[part], []).extend(names)
+            if len(values) > 1:
+                where = "; ".join(f"{v} in {', '.join(sorted(set(n)))}" for v, n in values.items())
+                found.append(f"{label!r} is drawn in {len(values)} {what}: {where}")
+    colours: dict[str, set[tuple[float, ...]]] = {}
+    for fig in figures.values():
+        for policy, seen_colours in colours_by_policy(fig, policies).items():
+            colours.setdefault(policy, set()).update(seen_colours)
+    for policy, c in colours.items():
+        if len(c) > 1:
+            found.append(f"policy {policy!r} is drawn in {len(c)} colours")
+    owners: dict[tuple[float, ...], list[str]] = {}
+    for policy, c in colours.items():
+        for colour in c:
+            owners.setdefault(colour, []).append(policy)
+    found.extend(
+        f"policies {sorted(p)} share the colour {colour}"
+        for colour, p in owners.items()
+        if len(p) > 1
+    )
+    return found
+
+
 def colours_by_policy(fig: Figure, policies: Any) -> dict[str, set[tuple[float, ...]]]:
     """The colours each policy's series are drawn in (labelled lines whose label starts with
     a policy's name, in every axes of ``fig``)."""
@@ -426,4 +525,5 @@ def _problems(fig: Figure) -> list[str]:
     found.extend(hidden_series(fig))
     found.extend(covered(fig))
     found.extend(style_problems(fig))
+    found.extend(scale_problems(fig))
     return found

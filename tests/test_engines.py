@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_traces import EngineCase, engine_requests, engine_trace
+from engine_traces import EngineCase, engine_requests, engine_trace, sglang_point, vllm_point
 from prefixsim import make_params
 from prefixsim.oracles import sglang_radix, vllm_v1
 from prefixsim.semantics import Semantics, reference_replay
@@ -88,16 +88,6 @@ def test_vllm_duplicate_is_counted() -> None:
 
 
 # --- vLLM: the simulator equals it -----------------------------------------------------------
-
-
-@st.composite
-def vllm_point(draw: st.DrawFn) -> tuple[EngineCase, int, Semantics]:
-    case = draw(engine_requests())
-    outputs = draw(st.booleans())
-    need = case.max_kv_blocks() if outputs else case.max_blocks
-    capacity = draw(st.integers(max(need, 1) + 1, need + 11))  # + the null block
-    free = draw(st.sampled_from(["front", "back"]))
-    return case, capacity, Semantics("vllm", unhashed_free=free, cache_output_blocks=outputs)
 
 
 @settings(max_examples=300, deadline=None)
@@ -187,15 +177,6 @@ def test_sglang_evicts_the_shortfall_plus_one_page() -> None:
 
 
 # --- SGLang: the simulator equals it ---------------------------------------------------------
-
-
-@st.composite
-def sglang_point(draw: st.DrawFn) -> tuple[EngineCase, int, bool, bool]:
-    case = draw(engine_requests())
-    outputs = draw(st.booleans())
-    need = case.max_kv_blocks() if outputs else case.max_blocks
-    capacity = draw(st.integers(max(need, 1), need + 10))
-    return case, capacity, outputs, draw(st.booleans())
 
 
 @settings(max_examples=300, deadline=None)

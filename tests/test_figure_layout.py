@@ -11,6 +11,7 @@ LRU_TAIL_FIRST and, in occupancy, S3FIFO_LEAF equals S3FIFO and every other poli
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import prefixsim
-from layout_checks import problems
+from layout_checks import problems, run_problems, scale_problems
 from sweep.figures import RunData, SkipFigure, figure_kinds
 from sweep.figures.data import load_results
 from sweep.figures.style import style_context
@@ -161,3 +162,61 @@ def test_coinciding_markers_stay_visible(tmp_path: Path) -> None:
     figures = figures_of(run)
     for name in ("occupancy", "hit_ratio_cdf"):
         assert problems(figures[name], style_context()) == [], name
+
+
+def test_the_checks_catch_panels_of_one_quantity_on_two_scales() -> None:
+    fig = Figure(figsize=(7.0, 2.0))
+    left, right, other = fig.subplots(1, 3)
+    for ax, top in ((left, 40.0), (right, 60.0), (other, 5.0)):
+        ax.plot([1, 2], [0, top / 2], label="A")
+        ax.set_ylim(0, top)
+    left.set_ylabel("Token hit rate (%)")
+    right.set_ylabel("Token hit rate (%)")
+    other.set_ylabel("Load imbalance")  # another quantity: its own scale
+    left.set_title("a")
+    right.set_title("b")
+    assert scale_problems(fig) == [
+        "panels of 'Token hit rate (%)' on 2 y scales: 'a' 0 to 40, 'b' 0 to 60"
+    ]
+    right.set_ylim(0, 40)
+    assert scale_problems(fig) == []
+
+
+def _one_line(**style: Any) -> Figure:
+    fig = Figure(figsize=(3.4, 2.0))
+    fig.subplots().plot([1, 2, 3], [1, 2, 3], label=style.pop("label", "S3FIFO"), **style)
+    return fig
+
+
+def test_the_run_checks_catch_a_series_drawn_two_ways() -> None:
+    """One series (a policy, a router variant) in one colour, line style and marker in every
+    figure of a run; two policies never in one colour. Parts (``_part of``), ``(= OTHER)``
+    notices, figures without markers and markers without lines do not count as another look."""
+    base = {"color": "#332288", "marker": "o", "linestyle": "-"}
+    same = {
+        "a": _one_line(**base),
+        "b": _one_line(**{**base, "marker": None}),  # no markers in this figure
+        "c": _one_line(**{**base, "label": "S3FIFO (= LRU)"}),
+        "d": _one_line(**{**base, "linestyle": "none"}),  # markers only
+    }
+    same["a"].axes[0].plot([1], [1], color="#332288", linestyle="--", label="_part of S3FIFO")
+    assert run_problems(same, {"S3FIFO"}) == []
+    dotted = _one_line(**{**base, "linestyle": ":"})
+    dashes = _one_line(**{**base, "linestyle": (0, (5, 1))})
+    square = _one_line(**{**base, "marker": "s"})
+    rose = _one_line(**{**base, "color": "#CC6677"})
+    assert run_problems({"a": same["a"], "dotted": dotted}, {"S3FIFO"}) == [
+        "'S3FIFO' is drawn in 2 line styles: - in a; : (1.0, 1.65) in dotted"
+    ]
+    assert len(run_problems({"dashed": _one_line(**{**base, "linestyle": "--"}), "t": dashes},
+                            {"S3FIFO"})) == 1  # fmt: skip
+    assert run_problems({"a": same["a"], "square": square}, {"S3FIFO"}) == [
+        "'S3FIFO' is drawn in 2 markers: o in a; s in square"
+    ]
+    found = run_problems({"a": same["a"], "rose": rose}, {"S3FIFO"})
+    assert found[0].startswith("'S3FIFO' is drawn in 2 colours")
+    assert "policy 'S3FIFO' is drawn in 2 colours" in found
+    lru = _one_line(**{**base, "label": "LRU"})
+    assert run_problems({"a": same["a"], "lru": lru}, {"S3FIFO", "LRU"}) == [
+        "policies ['LRU', 'S3FIFO'] share the colour (0.2, 0.1333, 0.5333, 1.0)"
+    ]

@@ -8,12 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from layout_checks import looks_by_series, problems, run_problems
 from sweep.figures.cluster import (
     SkipFigure,
     fig_cluster_hit_rate,
     fig_cluster_load_imbalance,
     fig_cluster_ttft,
 )
+from sweep.figures.style import style_context
 
 
 def results(with_load: bool = True, big_singles: bool = True) -> pd.DataFrame:
@@ -77,19 +79,43 @@ def test_hit_rate_without_bigger_single_caches_has_no_share_row() -> None:
 
 def test_ttft_and_imbalance() -> None:
     ttft = fig_cluster_ttft(results())
-    p50 = ydata(ttft)
-    p99 = {
-        ln.get_label().removeprefix("_part of "): list(ln.get_ydata())
-        for ln in ttft.axes[0].lines
-        if ln.get_label().startswith("_part of ") and ln.get_linestyle() == "--"
-    }
+    p50, p99 = ydata(ttft, row=0), ydata(ttft, row=1)
     # per router: p50 = 10 / n and p99 = 100 / n at n = 1, 2, 4 (the same for both routers)
     assert p50["round_robin"] == pytest.approx([10, 5, 2.5])
     assert p99["round_robin"] == pytest.approx([100, 50, 25])
     assert p99["kv_aware (= round_robin)"] == pytest.approx([100, 50, 25])
-    assert "p50" in [t.get_text() for t in ttft.legends[0].get_texts()]
+    assert [ax.get_ylabel() for ax in ttft.axes] == ["p50 est. TTFT (s)", "p99 est. TTFT (s)"]
+    assert ttft.axes[0].get_ylim() == ttft.axes[1].get_ylim()  # one scale: p99 reads above p50
     imbalance = ydata(fig_cluster_load_imbalance(results()))
     assert imbalance["kv_aware (= round_robin)"] == pytest.approx([1.1, 1.2, 1.4])
+
+
+def test_a_router_variant_looks_the_same_in_every_cluster_figure() -> None:
+    # issue 21: session key_blocks=2 was dotted in cluster_hit_rate and cluster_load_imbalance
+    # and solid in cluster_ttft (p50 solid, p99 dashed took the line style from the series)
+    rows = results()
+    variants = []
+    for k, scale in ((1, 1.0), (2, 0.8)):
+        v = rows[rows["router"] == "round_robin"].assign(router="session", key_blocks=k)
+        v["overall_hit_rate"] *= scale
+        v["est_ttft_p50_seconds"] *= scale
+        v["est_ttft_p99_seconds"] *= scale
+        v["load_imbalance"] = 1.0 + 0.2 * k * v["instances"].astype(float)
+        variants.append(v)
+    rows = pd.concat([rows.assign(key_blocks=np.nan), *variants], ignore_index=True)
+    figures = {
+        f.__name__: f(rows)
+        for f in (fig_cluster_hit_rate, fig_cluster_ttft, fig_cluster_load_imbalance)
+    }
+    styles = {
+        name: {look[1] for look in looks_by_series(fig)["session key_blocks=2"]}
+        for name, fig in figures.items()
+    }
+    assert [str(s).split(" ")[0] for s in styles["fig_cluster_ttft"]] == [":"]  # dotted
+    assert styles["fig_cluster_ttft"] == styles["fig_cluster_hit_rate"]
+    assert run_problems(figures, {"S3FIFO"}) == []
+    for fig in figures.values():
+        assert problems(fig, style_context()) == []
 
 
 def test_skips_say_why(tmp_path: Path) -> None:

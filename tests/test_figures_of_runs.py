@@ -1,45 +1,47 @@
 """Every figure of every bundled experiment and of every sweep command of the README reads well
 and draws in the one style (:mod:`layout_checks`), on the bundled trace itself.
 
-Each experiment (``conf/experiment/*.yaml``) and each README command runs in this process as
-typed, except that large grids are shrunk by overrides that keep every figure kind and its
-legend (every policy, router and parameter value; fewer capacities or instances), and that
-placeholders (a tokenizer file, a trace under ``/data``) are replaced by files written here.
-Every figure kind is drawn by at least one of the runs; within a run, a policy has one colour
-in every figure, and two policies never share one.
+Each experiment (``conf/experiment/*.yaml``) runs as typed, at full size (its figures at full
+size are what a user gets: a marker lost among 32 instances does not show among 4, and the
+full grids cost no more time here than shrunk ones). Each README command runs as typed, on the
+inputs the README's own lines write (:func:`input_lines`), except that a large grid is thinned
+(fewer capacities, every figure kind and legend kept) and that placeholders (a trace under
+``/data``, a folder of the user's) are replaced by files written here. Every figure kind is
+drawn by at least one of the runs; within a run, a series has one colour, line style and
+marker in every figure, and two policies never share a colour
+(:func:`~layout_checks.run_problems`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
 
 from conftest import bundled_head
-from layout_checks import colours_by_policy, problems
+from layout_checks import problems, run_problems
 from sweep import ExecutorConfig, run_sweep
 from sweep.__main__ import CONF_DIR
 from sweep.config import PlotConfig
 from sweep.figures import RunData, SkipFigure, figure_kinds
 from sweep.figures.data import load_results
 from sweep.figures.style import style_context
+from test_readme import MARK, SHELL, blocks, code_part, command_lines
 from test_sweep import compose
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-SHRINK = {
-    # experiment -> overrides that make it small enough for CI, its legends kept whole
-    "all_policies": ["capacity=512,4096,32768,131072"],
-    "capacity_curve": ["capacity=256,4096,65536,262144"],
-    "cluster_routers": ["capacity=4096,8192,16384", "instances=1,2,4"],
-    "max_freq_effect": ["capacity=1024,8192,65536"],
-    "small_ratio_tuning": ["capacity=1024,8192,65536"],
-}
 TOOLAGENT = "toolagent_trace.jsonl"
+README_INPUTS = ("my_tokens.jsonl", "chats.jsonl", "provider_trace.jsonl")
+"""The files the README's blocks write for its commands to read, in order."""
 README_SWEEPS: dict[str, list[str]] = {
     # the README's command (its arguments as typed) -> the arguments run here
     "": [],
@@ -48,7 +50,7 @@ README_SWEEPS: dict[str, list[str]] = {
     "tiers.dram.policy=S3FIFO,LRU": [
         "tiers=hbm_dram",
         "tiers.hbm.capacity=2048",
-        "tiers.dram.capacity=range(8192,131073,40960)",
+        "tiers.dram.capacity=range(8192,131073,8192)",
         "tiers.dram.policy=S3FIFO,LRU",
     ],
     "trace=my_tokens.jsonl block_size=16,64,256,512": [
@@ -119,19 +121,30 @@ def readme_sweeps(text: str) -> list[str]:
     return out
 
 
+def input_lines(text: str) -> list[str]:
+    """The README's shell lines that write a file (``... > FILE``), in order: how the README
+    makes the inputs its commands read (its ``python -m`` commands left out)."""
+    out = []
+    for lang, code, _ in blocks(text):
+        if lang not in SHELL:
+            continue
+        for line in command_lines(code):
+            writes = re.search(r">\s*[\w.,-]+\s*$", code_part(line))
+            if writes and not MARK.search(line) and not re.match(r"\s*python -m\s", line):
+                out.append(line)
+    return out
+
+
 def write_inputs(folder: Path) -> None:
-    """The files the README's commands read, as its blocks write them (before the sweep)."""
-    (folder / "my_tokens.jsonl").write_text(
-        '{"timestamp": 0, "token_ids": [1, 2, 3, 4, 5], "output_length": 9}\n'
+    """The files the README's commands read: those its blocks write, by running the README's
+    own lines (:func:`input_lines`; ``python`` this interpreter), and files standing for the
+    user's (placeholders: a trace under ``/data``, a folder with a space) from the bundled
+    trace."""
+    script = 'python() { "$PY" "$@"; }\nset -euo pipefail\n' + "\n".join(
+        input_lines(README.read_text())
     )
-    (folder / "chats.jsonl").write_text(
-        '{"messages": [{"role": "user", "content": "Hello there, how are you?"}]}\n'
-    )
-    rows = [
-        '{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}',
-        '{"timestamp": 1, "input_length": 1024, "output_length": 1, "hash_ids": [3, 2]}',
-    ]
-    (folder / "provider_trace.jsonl").write_text("\n".join(rows) + "\n")
+    env = {**os.environ, "PY": sys.executable}
+    subprocess.run(["bash", "-c", script], cwd=folder, env=env, check=True, timeout=120)
     head = bundled_head(folder, 3000).read_text()
     (folder / TOOLAGENT).write_text(head)
     (folder / "my traces").mkdir(exist_ok=True)
@@ -178,15 +191,7 @@ def check_run(run_dir: Path) -> None:
     found = {name: problems(fig, style_context()) for name, fig in figures.items()}
     assert {name: p for name, p in found.items() if p} == {}
     policies = set(load_results(run_dir)["policy"]) - {"TIERS"}
-    colours: dict[str, set[tuple[float, ...]]] = {}
-    for fig in figures.values():
-        for policy, seen in colours_by_policy(fig, policies).items():
-            colours.setdefault(policy, set()).update(seen)
-    assert {p: c for p, c in colours.items() if len(c) > 1} == {}
-    owners: dict[tuple[float, ...], list[str]] = {}
-    for policy, (colour,) in colours.items():
-        owners.setdefault(colour, []).append(policy)
-    assert [sorted(p) for p in owners.values() if len(p) > 1] == []
+    assert run_problems(figures, policies) == []
 
 
 def test_every_readme_command_is_covered() -> None:
@@ -195,10 +200,22 @@ def test_every_readme_command_is_covered() -> None:
     assert [t for t in typed if t not in README_SWEEPS and t not in NOT_RUN] == []
 
 
+def test_the_readme_makes_the_inputs_of_its_commands(tmp_path: Path) -> None:
+    # issue 21: the figures were checked on a my_tokens.jsonl of the test's own (one request),
+    # not on the README's (three requests 1 ms apart, which drew four empty panels)
+    written = [
+        re.split(r">\s*", code_part(line))[-1].strip() for line in input_lines(README.read_text())
+    ]
+    assert written == list(README_INPUTS)
+    write_inputs(tmp_path)
+    tokens = (tmp_path / "my_tokens.jsonl").read_text().splitlines()
+    assert [json.loads(t)["timestamp"] for t in tokens] == [0, 1, 2]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_figures(tmp_path: Path, name: str) -> None:
-    check_run(run(tmp_path, [f"+experiment={name}", *SHRINK.get(name, [])]))
+    check_run(run(tmp_path, [f"+experiment={name}"]))
 
 
 @pytest.mark.slow

@@ -111,3 +111,42 @@ def test_a_step_the_engine_refuses_is_skipped_not_failed(monkeypatch: pytest.Mon
     stream = io.StringIO()
     assert first_use.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
     assert "(NOKERNEL: no kernel to compile)" in stream.getvalue()
+
+
+def test_outcomes_that_crossed_a_process_boundary_are_read_by_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a pool's workers send their outcomes back pickled: copies, not the module's constants
+    # (main's warm-up compared them with ``is`` and called a skipped step a failure)
+    import pickle
+
+    import prefixsim
+
+    def refused(trace: object) -> None:
+        raise prefixsim.ParameterError("policy", "NOKERNEL", "has no compiled kernel yet")
+
+    def fine(trace: object) -> None:
+        return None
+
+    monkeypatch.setattr(first_use, "_steps", lambda: [("NOKERNEL", refused), ("FINE", fine)])
+    run_steps = first_use._run_steps
+    monkeypatch.setattr(
+        first_use, "_run_steps", lambda names: pickle.loads(pickle.dumps(run_steps(names)))
+    )
+    stream = io.StringIO()
+    assert first_use.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
+    assert "2 of 2 steps ready (NOKERNEL: no kernel to compile)" in stream.getvalue()
+
+
+@pytest.mark.slow
+def test_the_warm_up_of_make_run_exits_0_in_several_processes() -> None:
+    # ``make run`` calls it with the default processes (a pool on any machine of 2+ cores)
+    done = subprocess.run(
+        [sys.executable, "-m", "prefixsim", "warm-up", "--processes", "2"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "failed" not in done.stderr, done.stderr

@@ -330,44 +330,69 @@ def test_est_seconds_past_2_31_match_the_closed_form() -> None:
     assert vec.est_prefill_seconds[0] == pytest.approx(expected, rel=1e-15)
 
 
-def _trace(lengths: list[int]) -> Trace:
+def _trace(lengths: list[int], ids: list[int] | None = None) -> Trace:
+    """Requests of ``lengths`` tokens with ``ids[i]`` hash_ids each (none by default), on
+    every other line of ``t.jsonl``."""
     k = len(lengths)
+    counts = np.array(ids if ids is not None else [0] * k, dtype=np.int64)
     return Trace(
         name="t.jsonl",
         sha256="0" * 64,
         timestamps=np.zeros(k),
         input_lengths=np.array(lengths, dtype=np.int64),
         output_lengths=np.zeros(k, dtype=np.int64),
-        offsets=np.zeros(k + 1, dtype=np.int64),
-        block_ids=np.zeros(0, dtype=np.int32),
-        n_blocks=0,
+        offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        block_ids=np.arange(int(counts.sum()), dtype=np.int32),
+        n_blocks=int(counts.sum()),
         line_numbers=np.arange(1, k + 1, dtype=np.int64) * 2,
     )
+
+
+def _huge_model() -> ModelProfile:
+    """2**51 KV bytes per token: 2**55 per 16-token block, so 255 blocks fit in int64."""
+    doc = load_model("llama-3.1-8b").to_dict()
+    doc.update(name="huge", layers=131072, kv_heads=65536, head_dim=65536, attention_heads=1)
+    model = ModelProfile.from_dict(doc, "huge")
+    assert model.kv_bytes_per_block(16) == 2**55
+    return model
 
 
 def test_check_cost_names_the_cause_not_the_derived_quantity() -> None:
     model = load_model("llama-3.1-8b")  # 131,072 bytes per token
     per_block = model.kv_bytes_per_block(512)
     assert (
-        check_cost(model, 512, capacity=(2**63 - 1) // per_block, trace=_trace([2**40]))
+        check_cost(model, 512, capacity=(2**63 - 1) // per_block, trace=_trace([2**40], [2]))
         == per_block
     )
-    # one request that could reuse more than int64 bytes: the trace, its line, input_length
-    with pytest.raises(TraceError, match=r"^t\.jsonl:4: input_length: with llama-3.1-8b"):
-        check_cost(model, 512, trace=_trace([7, 2**47]))
-    # the sum over requests, each small enough alone: the line where the total passes
-    with pytest.raises(TraceError, match=r"^t\.jsonl:8: input_length"):
-        check_cost(model, 512, trace=_trace([2**44, 2**44, 2**44, 2**44]))
-    check_cost(model, 512, trace=_trace([2**44, 2**44, 2**44, 2**44 - 512]))
     with pytest.raises(ParameterError, match=r"^invalid capacity=.*at most 137438953471 blocks"):
         check_cost(model, 512, capacity=2**40)
+    huge = _huge_model()
+    # one request that could reuse more than int64 bytes: the trace, its line, input_length
+    with pytest.raises(TraceError, match=r"^t\.jsonl:4: input_length: with huge"):
+        check_cost(huge, 16, trace=_trace([7, 256 * 16], [1, 256]))
+    # the sum over requests, each small enough alone: the line where the total passes
+    with pytest.raises(TraceError, match=r"^t\.jsonl:6: input_length"):
+        check_cost(huge, 16, trace=_trace([100 * 16, 100 * 16, 56 * 16], [100, 100, 56]))
+    check_cost(huge, 16, trace=_trace([100 * 16, 100 * 16, 55 * 16], [100, 100, 55]))
+    # a request reuses at most its hash_ids' blocks, and at most its prompt's
+    check_cost(huge, 16, trace=_trace([2**47, 2**47], [2, 2]))
+    check_cost(huge, 16, trace=_trace([100 * 16, 100 * 16], [1000, 1000]))
+    with pytest.raises(TraceError, match=r"^t\.jsonl:4: input_length"):
+        check_cost(huge, 16, trace=_trace([128 * 16, 128 * 16], [1000, 1000]))
 
 
 def test_cli_refuses_a_reuse_past_int64_naming_the_line(tmp_path: Path) -> None:
+    import yaml
+
+    model = tmp_path / "huge.yaml"
+    model.write_text(yaml.safe_dump(_huge_model().to_dict()))
     trace = tmp_path / "long.jsonl"
-    row = {"timestamp": 0, "input_length": 2**47, "output_length": 0, "hash_ids": [1, 2]}
-    trace.write_text(json.dumps(row) + "\n")
-    proc = run_module("prefixsim", str(trace), "--model", "llama-3.1-8b", "--no-per-request")
+    row = {"timestamp": 0, "input_length": 256 * 16, "output_length": 0}
+    trace.write_text(json.dumps({**row, "hash_ids": list(range(256))}) + "\n")
+    proc = run_module(
+        "prefixsim", str(trace), "--model", str(model), "--block-size", "16",
+        "--capacity", "4", "--policy", "LRU", "--no-per-request",
+    )  # fmt: skip
     err = one_line_exit_2(proc, f"{trace}:1: input_length")
     assert "reused_bytes" not in err
 

@@ -32,7 +32,7 @@ PLACEHOLDERS = (
 )
 """What stands for something of the user's in a command (a file, a folder, a host)."""
 MARK = re.compile(r"#.*\bplaceholder\b")
-SETUP = ("make run", "make test")
+SETUP = ("make run", "make test", "pip install")  # set-up, not examples
 
 PRELUDE = """set -euo pipefail
 python() {  # the sweeps without figures (tested on their own)

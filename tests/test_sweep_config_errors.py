@@ -186,3 +186,66 @@ def test_a_quoted_non_ascii_path_is_taken(cli) -> None:  # type: ignore[no-untyp
     code, lines = cli("--cfg", "job", "out_dir='/tmp/ré'")
     assert code == 0, lines
     assert "out_dir: /tmp/ré" in cli.out
+
+
+def _null_node_cases() -> list[tuple[list[str], str]]:
+    """Every leaf key under a node that is null once the defaults are composed, each with one
+    way of making it null and one way of setting it (plain, ``+``, ``++``): ``model`` and
+    ``tiers`` (null by default), ``hardware`` (``hardware=null``), and the tiers a hierarchy
+    leaves null (``tiers=hbm_dram``: rdma, ssd)."""
+    cases: list[tuple[list[str], str]] = []
+    prefixes = ["", "+", "++"]
+    nulls = {
+        "model.": ([], "model"),
+        "hardware.": (["hardware=null"], "hardware"),
+        "tiers.": (["tiers=null"], "tiers"),
+        "tiers.rdma.": (["tiers=hbm_dram"], "tiers.rdma"),
+        "tiers.ssd.": (["tiers=hbm_dram"], "tiers.ssd"),
+    }
+    for i, (key, tp) in enumerate(SCHEMA_KEYS):
+        node = max((p for p in nulls if key.startswith(p)), key=len, default=None)
+        if node is None:
+            continue
+        before, name = nulls[node]
+        if node == "tiers." and i % 2:
+            before = []  # tiers is null by default too
+        value = "1" if tp in (int, float, list[int], list[float]) else "x"
+        value = "true" if tp is bool else f"[{value}]" if typing.get_origin(tp) is list else value
+        if key.endswith(("peak_flops", "bandwidth")):  # a key of each table
+            key, value = f"{key}.{'bf16' if key.endswith('peak_flops') else 'hbm'}", "1e15"
+        cases.append(([*before, f"{prefixes[i % 3]}{key}={value}"], name))
+    return cases
+
+
+NULL_NODE_CASES = _null_node_cases()
+
+
+def test_the_null_node_family_covers_every_group() -> None:
+    nodes = {name for _, name in NULL_NODE_CASES}
+    assert nodes == {"model", "hardware", "tiers", "tiers.rdma", "tiers.ssd"}
+    assert len(NULL_NODE_CASES) > 40
+
+
+@pytest.mark.parametrize(("args", "node"), NULL_NODE_CASES, ids=lambda x: str(x))
+def test_a_key_under_a_null_node_is_one_line_naming_the_node(
+    cli, tmp_path: Path, args: list[str], node: str
+) -> None:  # type: ignore[no-untyped-def]
+    # main's code: OmegaConf's "AssertionError: Unexpected type: None", a 30-line traceback
+    line = assert_refused(cli, tmp_path, args, f"{args[-1]}: ")
+    if "." in node:
+        assert f"{node} is null in this configuration" in line, line
+    else:
+        assert f"no {node} is chosen" in line and f"{node}=NAME" in line, line
+
+
+def test_a_mapping_merged_into_a_null_node_is_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert_refused(
+        cli, tmp_path, ["tiers=hbm_dram", "tiers.rdma={capacity:[5]}"], "tiers.rdma is null"
+    )
+
+
+def test_a_key_under_a_group_an_experiment_chooses_is_set(cli) -> None:  # type: ignore[no-untyped-def]
+    # the choice comes from the experiment's defaults list (override /model: ...), not argv
+    code, lines = cli("--cfg", "job", "+experiment=llama70b_dram_pool", "model.layers=32")
+    assert code == 0, lines
+    assert "  layers: 32\n" in cli.out

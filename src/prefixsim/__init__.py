@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .policies import PolicyParams, get_policy, policy_names, register
     from .replay import ReplayResult, make_params, replay, replay_params
     from .scenario import Scenario, run_scenario
+    from .semantics import Semantics
     from .tiers import TieredResult, replay_tiers
     from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
     from .units import format_size, parse_size
@@ -42,6 +43,7 @@ _LAZY: dict[str, str] = {
     "PrefillCost": ".cost",
     "ReplayResult": ".replay",
     "Scenario": ".scenario",
+    "Semantics": ".semantics",
     "TieredResult": ".tiers",
     "Trace": ".trace",
     "capacity_blocks": ".cost",
@@ -111,6 +113,7 @@ __all__ = [
     "PrefixSimError",
     "ReplayResult",
     "Scenario",
+    "Semantics",
     "TieredResult",
     "Trace",
     "TraceError",

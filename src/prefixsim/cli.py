@@ -17,6 +17,7 @@ from .models import DTYPE_BYTES, load_model, model_names
 from .policies import policy_names
 from .policies.s3fifo import S3FIFOParams
 from .replay import ENGINES, replay
+from .semantics import FREE_ORDERS, SEMANTICS, Semantics
 from .trace import BUNDLED_TRACES, load_trace, oddities
 
 _S3 = S3FIFOParams(capacity=4096)
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--block-size", type=int, default=512, help="tokens per block (default: %(default)s)"
     )
     add_trace_arguments(p)
+    _add_semantics_arguments(p)
     _add_s3fifo_arguments(p)
     _add_cost_arguments(p)
     p.add_argument(
@@ -78,6 +80,29 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout"
     )
     return p  # fmt: skip
+
+
+def _add_semantics_arguments(p: argparse.ArgumentParser) -> None:
+    """The hit rule (docs/semantics.md): the specification's, or an engine's."""
+    sem = p.add_argument_group("semantics (docs/semantics.md)")
+    sem.add_argument(
+        "--semantics",
+        choices=SEMANTICS,
+        default="spec",
+        help="hit rule: the specification's, vLLM v1's or SGLang's (default: %(default)s)",
+    )
+    sem.add_argument(
+        "--unhashed-free",
+        choices=FREE_ORDERS,
+        default="front",
+        help="vllm only: where a freed partial block goes in the free queue (default: "
+        "%(default)s, today's releases; back: before vLLM PR #42656)",
+    )
+    sem.add_argument(
+        "--cache-output-blocks",
+        action="store_true",
+        help="vllm and sglang only: also cache the full blocks the generated tokens fill",
+    )
 
 
 def _add_s3fifo_arguments(p: argparse.ArgumentParser) -> None:
@@ -135,6 +160,15 @@ def _add_cost_arguments(p: argparse.ArgumentParser) -> None:
         default="hbm",
         help="where the cached blocks are kept, for the transfer time (default: %(default)s)",
     )
+
+
+def _semantics(args: argparse.Namespace) -> Semantics:
+    """The options' :class:`Semantics`; a combination it refuses names the option."""
+    try:
+        return Semantics(args.semantics, args.unhashed_free, args.cache_output_blocks)
+    except ParameterError as err:
+        option = "--" + err.name.replace("_", "-")
+        raise ParameterError(option, err.value, err.allowed) from None
 
 
 def _sizing(args: argparse.Namespace) -> tuple[int, int | None, Any, Any]:
@@ -203,6 +237,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.output:  # refused before any work: a named pipe, a device, a directory
             check_output_path(args.output)
+        semantics = _semantics(args)
         capacity, cache_bytes, model, hardware = _sizing(args)
         trace = load_trace(args.trace, block_size=args.block_size, options=options_from_args(args))
         if model is not None:  # a byte count past int64 is refused before the replay
@@ -216,6 +251,7 @@ def _run(args: argparse.Namespace) -> int:
             max_freq=args.max_freq,
             ghost_freq=args.ghost_freq,
             engine=args.engine,
+            semantics=semantics,
         )
         report: dict[str, Any] = result.to_report(per_request=args.per_request)
         if model is not None:

@@ -272,8 +272,10 @@ def _reuse_past_int64(
     return ParameterError(
         key,
         value,
-        f"the reused blocks of {model.name} at block_size={block_size} ({per_block} bytes "
-        "each) would pass 2**63 - 1 bytes; use a smaller block_size, model or trace",
+        f"the reused blocks (ceil(hit_tokens / block_size) per request) of {model.name} at "
+        f"block_size={block_size} ({per_block} bytes each, the model's kv_bytes_per_block) "
+        "would pass 2**63 - 1 bytes; use a smaller block_size, model or trace "
+        "(prefixsim.cost.check_cost refuses such a trace before a replay)",
     )
 
 
@@ -288,10 +290,13 @@ def check_cost(
     (the type of the bytes columns), naming the key or the trace line that causes it; returns
     ``kv_bytes_per_block``. Checked: one block (names ``block_size``), the cache of
     ``capacity`` blocks (names ``capacity``), and the bytes the trace's requests would reuse
-    if every block hit, ``sum(ceil(input_length / block_size)) * kv_bytes_per_block`` (names
-    the trace file, the line where the running total passes 2**63 - 1 and ``input_length``):
-    so no total can fail after the replay, whatever it hits. The CLI runs it before replaying;
-    the sweep's planning can run it for every point."""
+    if every block hit: a request reuses at most ``ceil(input_length / block_size)`` blocks
+    (its hit tokens are at most its prompt) and at most ``len(hash_ids)`` (a hit is a run of
+    its blocks), so ``sum(min(...)) * kv_bytes_per_block`` (names the trace file, the line where
+    the running total passes 2**63 - 1 and ``input_length``): so no total can fail after the
+    replay, whatever it hits. The CLI runs it before replaying, the sweep's planning for each
+    trace and block size of a grid with a model (:func:`sweep.engine_checks.check_with_engine`),
+    so both refuse the same traces."""
     per_block = model.kv_bytes_per_block(block_size)
     if capacity is not None and capacity * per_block > INT64_MAX:
         raise ParameterError(
@@ -301,7 +306,7 @@ def check_cost(
             f"pass 2**63 - 1 bytes: at most {INT64_MAX // per_block} blocks",
         )
     if trace is not None and trace.n_requests:
-        blocks = -(-trace.input_lengths // block_size)
+        blocks = np.minimum(-(-trace.input_lengths // block_size), np.diff(trace.offsets))
         if exact_sum(blocks) > INT64_MAX // per_block:
             i = first_running_total_over(blocks, INT64_MAX // per_block)
             line = None if i is None else int(trace.line_numbers[i])
@@ -309,7 +314,8 @@ def check_cost(
                 trace.name,
                 f"with {model.name} at block_size={block_size} ({per_block} bytes per block) "
                 "the requests up to this line could reuse more than 2**63 - 1 bytes of KV "
-                "cache; use a smaller block_size, model or trace",
+                "cache (their blocks, if every one hit); use a smaller block_size, model or "
+                "trace",
                 line=line,
                 field="input_length",
             )
@@ -483,7 +489,7 @@ def prefill_cost_tiers(
     reused = tier_reused[0] if one else total_blocks * np.int64(per_block)
     total_reused = exact_sum(reused)
     if total_reused > INT64_MAX:
-        raise _reuse_past_int64(model, block_size, "prompt_tokens", "their sum")
+        raise _reuse_past_int64(model, block_size, "prompt_tokens", f"{len(n)} requests")
     # exact totals: flops(n, 0) - flops(n, h) = 2 P h + c (h (h + 1)), summed in integers
     coeff = _attention_coefficient(model)
     total_full = 2 * model.active_params * _exact_sum(n, "prompt_tokens", None) + coeff * (

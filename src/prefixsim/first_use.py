@@ -32,8 +32,10 @@ from typing import IO, Any
 from .errors import ParameterError
 
 PACKAGE = __name__.partition(".")[0]
-SKIPPED = "skipped"
-"""A warm-up step the engine refuses (a policy without a compiled kernel): nothing to warm."""
+OK, SKIPPED, FAILED = "ok", "skipped", "failed"
+"""A warm-up step's status: done; refused by the engine (a policy without a compiled kernel:
+nothing to warm); failed (a bug). Compared by value: the outcomes of a pool's workers come
+back pickled, as copies (``is`` would tell a copy of "skipped" from the constant)."""
 
 
 @dataclass
@@ -230,25 +232,31 @@ def _formats(trace: Any) -> None:
         load_trace(chats, block_size=16, options=TraceOptions(format="chat"))
 
 
-def _run_steps(names: Sequence[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """Run the steps ``names`` in this process: (name, error or None) each, and the kernels
-    that compiled (the others were in numba's cache already)."""
+Outcome = tuple[str, str, str]
+"""``(step name, status, detail)``: :data:`OK`, :data:`SKIPPED` or :data:`FAILED`, and the
+error for a failed step (else "")."""
+
+
+def _run_steps(names: Sequence[str]) -> tuple[list[Outcome], list[str]]:
+    """Run the steps ``names`` in this process: an :data:`Outcome` each, and the kernels that
+    compiled (the others were in numba's cache already). Plain strings only: the outcomes of a
+    pool's workers come back pickled."""
     import io
     import tempfile
 
     wanted = dict(_steps())
-    out: list[tuple[str, str | None]] = []
+    out: list[Outcome] = []
     with noting(io.StringIO()) as notice, tempfile.TemporaryDirectory() as folder:
         trace = _tiny_trace(folder)
         for name in names:
             try:
                 wanted[name](trace)
             except ParameterError:  # the engine does not run this (no kernel): nothing to warm
-                out.append((name, SKIPPED))
+                out.append((name, SKIPPED, ""))
             except Exception as err:  # a bug: said, and the other steps go on
-                out.append((name, f"{type(err).__name__}: {err}"))
+                out.append((name, FAILED, f"{type(err).__name__}: {err}"))
             else:
-                out.append((name, None))
+                out.append((name, OK, ""))
     return out, notice.compiled
 
 
@@ -288,16 +296,24 @@ def warm_up(processes: int | None = None, stream: IO[str] | None = None) -> int:
             f"{PACKAGE}: warm-up: interrupted; the kernels compiled so far are cached", file=stream
         )
         return 130
+    return _report(parts, time.perf_counter() - t0, stream)
+
+
+def _report(
+    parts: Sequence[tuple[list[Outcome], list[str]]], seconds: float, stream: IO[str]
+) -> int:
+    """Say what the warm-up's processes did (``parts``: :func:`_run_steps`' answers, copies
+    when they come from a pool); returns the number of failed steps."""
     done = [r for steps, _ in parts for r in steps]
     compiled = [k for _, kernels in parts for k in kernels]
-    skipped = [name for name, err in done if err is SKIPPED]
-    failed = [(name, err) for name, err in done if err is not None and err is not SKIPPED]
+    skipped = [name for name, status, _ in done if status == SKIPPED]
+    failed = [(name, err) for name, status, err in done if status == FAILED]
     for name, err in failed:
         print(f"{PACKAGE}: warm-up: {name} failed: {err}", file=stream)
     none = f" ({', '.join(skipped)}: no kernel to compile)" if skipped else ""
     print(
         f"{PACKAGE}: warm-up: {len(done) - len(failed)} of {len(done)} steps ready{none}, "
-        f"{len(compiled)} kernel(s) compiled, in {time.perf_counter() - t0:.1f} s",
+        f"{len(compiled)} kernel(s) compiled, in {seconds:.1f} s",
         file=stream,
     )
     return len(failed)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -344,6 +346,19 @@ def _profile_loader() -> Any:
                 )
             return super().compose_node(parent, index)
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            # int(str) refuses more than sys.get_int_max_str_digits() digits (a traceback);
+            # read such a number exactly, as the trace readers do, for the range checks to
+            # refuse it by key (``layers: 99...9`` of 5,000 digits)
+            try:
+                return super().construct_yaml_int(node)
+            except ValueError:
+                text = str(self.construct_scalar(node)).replace("_", "")
+                if re.fullmatch(r"[-+]?[0-9]+", text) is None:
+                    raise
+                return int(Decimal(text))
+
+    ProfileLoader.add_constructor("tag:yaml.org,2002:int", ProfileLoader.construct_yaml_int)
     return ProfileLoader
 
 

@@ -29,6 +29,7 @@ from .engine import single
 from .errors import ParameterError
 from .policies import PolicyParams, ReferencePolicy, get_policy
 from .policies.base import check_int, check_state_fits
+from .semantics import Semantics, replay_arrays
 from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
@@ -82,6 +83,9 @@ class ReplayResult(HitTotals):
     engine: str
     seconds: float = field(default=0.0, compare=False)
     """Wall time of the replay itself (trace loading and JIT compilation excluded)."""
+    semantics: Semantics = field(default_factory=Semantics)
+    """The hit rule the replay followed (``docs/semantics.md``): the specification's by
+    default, or an engine's."""
 
     @property
     def policy(self) -> str:
@@ -99,6 +103,8 @@ class ReplayResult(HitTotals):
             "cache_capacity_blocks": self.cache_capacity_blocks,
             "block_size": self.block_size,
             **self.params.to_dict(),
+            **self.semantics.to_dict(),
+            "engine": self.engine,
             "trace": self.trace_name,
             "trace_sha256": self.trace_sha256,
             "n_requests": self.n_requests,
@@ -126,12 +132,16 @@ def replay(
     ghost_freq: int = 0,
     *,
     engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
     **policy_params: Any,
 ) -> ReplayResult:
     """Replay a trace (a :class:`Trace`, a path, or a bundled name) through ``policy``.
 
     ``small_ratio``, ``max_freq`` and ``ghost_freq`` apply to S3FIFO and are ignored by policies
-    that do not have them; other policies' parameters go in ``policy_params``.
+    that do not have them; other policies' parameters go in ``policy_params``. ``semantics`` is
+    the hit rule (``docs/semantics.md``): ``"spec"`` (the default, the specification's),
+    ``"vllm"``, ``"sglang"``, or a :class:`~prefixsim.semantics.Semantics` with its options
+    (``Semantics("vllm", unhashed_free="back")``).
     """
     spec = get_policy(policy)
     names = spec.params_type.field_names()
@@ -139,20 +149,34 @@ def replay(
     params = make_params(
         policy, capacity, **{k: v for k, v in defaults.items() if k in names}, **policy_params
     )
-    return replay_params(_as_trace(trace_or_path), params, block_size, engine=engine)
+    return replay_params(
+        _as_trace(trace_or_path), params, block_size, engine=engine, semantics=semantics
+    )
 
 
 def replay_params(
-    trace: Trace, params: PolicyParams, block_size: int, *, engine: Engine = "kernel"
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    *,
+    engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> ReplayResult:
-    """Replay with already validated ``params`` (what the sweep calls for every grid point)."""
+    """Replay with already validated ``params`` (what the sweep calls for every grid point).
+    Under an engine's semantics the replay is :func:`prefixsim.semantics.replay_arrays`'s (the
+    result's ``engine`` says which engine ran)."""
+    sem = Semantics.of(semantics)
     # Bounded so that k * block_size cannot overflow the kernels' int64 (k < 2**31 blocks).
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     check_engine(engine)
     check_block_size_matches(trace, block_size)
     spec = get_policy(params.policy)
     start = time.perf_counter()
-    if engine == "kernel":
+    if engine not in ENGINES:
+        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
+    if sem.name != "spec":
+        hit_tokens, final, counters, engine = replay_arrays(trace, params, block_size, sem, engine)
+    elif engine == "kernel":
         # the kernel's state for this trace, refused before it is allocated if it cannot fit
         check_state_fits(params, trace.n_blocks, trace.n_accesses)
         hit_tokens, final, counters = single.run(
@@ -178,6 +202,7 @@ def replay_params(
         counters={"block_accesses": trace.n_accesses, **counters},
         engine=engine,
         seconds=seconds,
+        semantics=sem,
     )
 
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -361,8 +361,41 @@ def reference_replay(
             _release(cache, held, params.policy)
     counters = dict(cache.counters)
     if code != SPEC:
+        # the accesses made: the cached blocks (prompt and output) and the temporary ones
+        counters["block_accesses"] = len(stream)
         counters["temporary_blocks"] = n_temps
     return out, cache.resident_count(), counters
+
+
+def replay_arrays(
+    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, engine: str
+) -> tuple[np.ndarray, int, dict[str, int], Literal["kernel", "reference"]]:
+    """The one dispatch of a replay under an engine's semantics (``vllm``, ``sglang``), for
+    every entry point (:func:`prefixsim.replay_params`, the cluster's instances):
+    ``(hit_tokens per request, final_cache_blocks, counters, engine that ran)``.
+
+    No compiled driver runs the engine modes yet: both engines run :func:`reference_replay`
+    (plain Python, a few hundred times slower than a kernel), and the result says
+    ``"reference"``. The compiled drivers replace this body, and only it."""
+    if semantics.name == "spec":  # the callers run the specification's own engines
+        raise ValueError("replay_arrays is the engine modes' dispatch; spec has its own")
+    del engine  # both engines are the reference for now
+    hit_tokens, final, counters = reference_replay(trace, params, block_size, semantics)
+    return hit_tokens, final, counters, "reference"
+
+
+def require_spec(semantics: Semantics | str | None, composition: str) -> Semantics:
+    """``semantics`` as a :class:`Semantics`, refused unless ``spec`` for a composition whose
+    replay under an engine's rules is not defined yet (one line, naming it)."""
+    sem = Semantics.of(semantics)
+    if sem.name != "spec":
+        raise ParameterError(
+            "semantics",
+            sem.name,
+            f"{composition} is replayed under semantics=spec only for now (an engine's rules "
+            "for it are not defined yet)",
+        )
+    return sem
 
 
 def _release(cache: ReferencePolicy, held: Sequence[Hashable], policy: str) -> None:

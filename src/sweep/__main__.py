@@ -101,6 +101,8 @@ def _one_line_hydra_errors() -> Iterator[None]:
     def run_and_report(func: Any) -> Any:
         try:
             return func()
+        except _HydraRejected:
+            raise
         except Exception as err:
             line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else hydra_error_line(err)
             if line is None:
@@ -112,6 +114,149 @@ def _one_line_hydra_errors() -> Iterator[None]:
         yield
     finally:
         utils.run_and_report = original
+
+
+_ABSENT = object()
+
+
+def _null_node(override: Any, cfg: Any) -> str | None:
+    """The node of the composed ``cfg`` that is null and that ``override`` reaches into (a
+    parent of its key) or merges a mapping into (its key); None when there is none."""
+    from omegaconf import OmegaConf
+
+    if override.is_delete() or override.package is not None:
+        return None
+    key = override.key_or_group
+    parts = key.split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        node = OmegaConf.select(
+            cfg, parent, default=_ABSENT, throw_on_missing=False, throw_on_resolution_failure=False
+        )
+        if node is _ABSENT:
+            return None  # a key the schema lacks: Hydra's own error (one line)
+        if node is None:
+            return parent
+    value = override.value()
+    if isinstance(value, dict):
+        node = OmegaConf.select(
+            cfg, key, default=_ABSENT, throw_on_missing=False, throw_on_resolution_failure=False
+        )
+        if node is None:
+            return key
+    return None
+
+
+@contextlib.contextmanager
+def _null_nodes_refused(argv: Sequence[str], typed: dict[str, str]) -> Iterator[None]:
+    """An override into a node that is null once the defaults are composed (``tiers.hbm.
+    capacity=3`` with no ``tiers=`` chosen, ``model.layers=32`` with no model, a key under
+    ``hardware=null``, ``+tiers.hbm...``, a mapping merged into ``tiers.rdma`` of a hierarchy
+    without it) is an assertion's traceback in OmegaConf. Hydra applies the command line's
+    value overrides to the composed configuration one by one
+    (``ConfigLoaderImpl._apply_overrides_to_config``); here each is first checked against the
+    configuration as composed so far, which knows every group's choice (the defaults, an
+    experiment's ``override /model: ...``, the command line's): :class:`_HydraRejected`, one
+    line naming the null node and how to choose it. ``typed``: the overrides as typed, by
+    their rewritten text. (Hydra's private API, as in ``_no_mode_probe``.)"""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from .overrides import null_node_line
+
+    original = ConfigLoaderImpl.__dict__["_apply_overrides_to_config"]
+    apply = original.__func__
+
+    def apply_each(overrides: list[Any], cfg: Any) -> None:
+        for override in overrides:
+            node = _null_node(override, cfg)
+            if node is not None:
+                line = override.input_line or override.key_or_group
+                raise _HydraRejected(null_node_line(typed.get(line, line), node, argv))
+            apply([override], cfg)
+
+    ConfigLoaderImpl._apply_overrides_to_config = staticmethod(apply_each)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl._apply_overrides_to_config = original  # type: ignore[method-assign]
+
+
+def config_file_error(path: str, data: bytes, err: Exception) -> str | None:
+    """One line naming the config file ``path`` (its bytes ``data``) for an error of reading
+    it that names no file: bytes that are not UTF-8, a number Python does not convert (more
+    than 4300 digits, OmegaConf's YAML loader calls ``int()``); None for any other error."""
+    from .argv import long_number_reason
+
+    if isinstance(err, UnicodeDecodeError):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            line = data.count(b"\n", 0, bad.start) + 1
+            byte = data[bad.start]
+            return (
+                f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at offset {bad.start}); "
+                "config files are UTF-8 YAML"
+            )
+        return f"{path}: not UTF-8 text; config files are UTF-8 YAML"
+    if isinstance(err, ValueError):
+        text = data.decode("utf-8", "replace")
+        for number, row in enumerate(text.splitlines(), 1):
+            reason = long_number_reason(row)
+            if reason is not None:
+                return f"{path}:{number}: {reason}"
+    return None
+
+
+@contextlib.contextmanager
+def _config_files_named() -> Iterator[None]:
+    """Hydra reads a config file (an experiment, a ``--config-dir`` profile) with
+    ``open(encoding="utf-8")`` and OmegaConf's YAML loader: a file that is not UTF-8, or that
+    holds a number of more than 4300 digits, is a 60-line traceback that names no file. Here
+    each read that fails so is :class:`_HydraRejected`, one line naming the file and line
+    (:func:`config_file_error`). (Hydra's private API, as in ``_no_mode_probe``.)"""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.config_source import ConfigSource
+
+    def named(load: Any) -> Any:
+        def load_config(self: Any, config_path: str) -> Any:
+            try:
+                return load(self, config_path)
+            except (UnicodeDecodeError, ValueError, OSError) as err:
+                name = self._normalize_file_name(config_path)
+                if self.scheme() == "file":
+                    path = os.path.join(self.path, name)
+                    read = Path(path).read_bytes
+                else:
+                    from importlib import resources
+
+                    path = f"{self.path}/{name}"
+                    read = resources.files(self.path).joinpath(name).read_bytes
+                if isinstance(err, OSError):
+                    raise _HydraRejected(f"{path}: cannot be read ({err.strerror})") from None
+                try:
+                    line = config_file_error(path, read(), err)
+                except OSError:
+                    line = None
+                if line is None:
+                    raise
+                raise _HydraRejected(line) from None
+
+        return load_config
+
+    # Hydra's plugin discovery imports its own copies of the sources' modules: patch those.
+    sources: list[Any] = list(Plugins.instance().discover(ConfigSource))
+    originals = [
+        (cls, cls.__dict__["load_config"])
+        for cls in sources
+        if cls.scheme() in ("file", "pkg") and "load_config" in cls.__dict__
+    ]
+    for cls, load in originals:
+        cls.load_config = named(load)
+    try:
+        yield
+    finally:
+        for cls, load in originals:
+            cls.load_config = load
 
 
 @contextlib.contextmanager
@@ -182,7 +327,12 @@ def _main(argv: Sequence[str] | None) -> int:
     saved = sys.argv
     sys.argv = [saved[0] if saved else "sweep", *rewrite.argv]
     try:
-        with _no_mode_probe(), _one_line_hydra_errors():
+        with (
+            _no_mode_probe(),
+            _config_files_named(),
+            _one_line_hydra_errors(),
+            _null_nodes_refused(rewrite.argv, rewrite.typed),
+        ):
             task()
     except _HydraRejected as err:
         _error(str(err))

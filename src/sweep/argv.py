@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import io
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -58,6 +59,8 @@ class Rewrite:
     """Arguments for Hydra (without the program name)."""
     notes: list[str] = field(default_factory=list)
     """Messages for the user (e.g. ``--multirun`` dropped)."""
+    typed: dict[str, str] = field(default_factory=dict)
+    """Each rewritten override -> the override as typed (for messages about it)."""
 
 
 def _hydra_args_parser() -> argparse.ArgumentParser:
@@ -122,6 +125,8 @@ def rewrite_override(text: str, groups: Sequence[str] | None = None) -> str:
         override = OverridesParser.create().parse_override(text)
     except HydraException as err:
         raise ArgvError(_parse_error(text, err)) from None
+    except ValueError as err:  # Hydra's int() of a digit run past Python's limit (4300 digits)
+        raise ArgvError(_long_number_error(text, err)) from None
     if groups is None:
         groups = overrides.config_groups(())
     try:
@@ -175,8 +180,11 @@ def _rewrite(override: Any, text: str) -> str:
         from hydra.core.override_parser.types import RangeSweep
 
         sweep = override.value()
-        if isinstance(sweep, RangeSweep) and sweep.step == 0:
-            raise ArgvError(f"'{text}': range() needs a step other than 0")
+        if isinstance(sweep, RangeSweep):
+            try:  # counted before any value is listed (a step of 1e-300, a billion values)
+                ranges.count(sweep.start, sweep.stop, sweep.step)
+            except ranges.RangeError as err:
+                raise ArgvError(f"'{overrides._short(text, 120)}': {err}") from None
         if isinstance(sweep, RangeSweep) and not sweep.shuffle:
             compact = ranges.compact(key, sweep.start, sweep.stop, sweep.step)
             if compact is not None:
@@ -186,6 +194,36 @@ def _rewrite(override: Any, text: str) -> str:
     except (ValueError, HydraException) as err:
         raise ArgvError(f"'{text}': {err}") from None
     return f"{override.get_key_element()}=[{values}]"
+
+
+def long_number_reason(text: str) -> str | None:
+    """Why a number in ``text`` cannot be read: a run of digits longer than Python converts
+    to an integer (``sys.get_int_max_str_digits()``, 4300 by default); None if there is none.
+    Every number the sweep takes fits in 64 bits (a seed is taken modulo 2**64: give it so)."""
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    digits = max((len(run) for run in re.findall(r"\d+", text)), default=0)
+    if not limit or digits <= limit:
+        return None
+    return (
+        f"a number of {digits:,} digits, longer than Python reads ({limit:,}); every number "
+        "the sweep takes fits in 64 bits"
+    )
+
+
+def _long_number_error(text: str, err: ValueError) -> str:
+    reason = long_number_reason(text)
+    key, sep, _ = text.partition("=")
+    if reason is None:  # another ValueError of Hydra's parser: its message, in one line
+        first = next((line for line in str(err).splitlines() if line.strip()), "ValueError")
+        return f"'{overrides._short(text, 120)}': {first.strip()}"
+    key = key.lstrip("+~")
+    if key == "seed":
+        hint = " (a seed is taken modulo 2**64: give it so)"
+    else:
+        hint = f"; quote a value that is text: {overrides._short(key, 60)}='...'" if sep else ""
+    return f"'{overrides._short(text, 120)}': {reason}{hint}"
 
 
 def _parse_error(text: str, err: Exception) -> str:
@@ -213,6 +251,11 @@ def _checked_key(override: Any, groups: Sequence[str]) -> str | None:
 
     key = override.key_or_group
     if override.package is not None or "[" in key or override.is_delete():
+        return None
+    if key.startswith("hydra.") and not override.is_force_add():
+        # Hydra's own keys: checked against its schema (HydraConf), the closest named, not
+        # Hydra's advice to add a key its struct then refuses (hydra.verbos=true)
+        overrides.field_type(key)
         return None
     if overrides.is_group(key, groups):
         is_null = override.value_type == ValueType.ELEMENT and override.value() is None
@@ -294,6 +337,8 @@ def rewrite_argv(argv: Sequence[str]) -> Rewrite:
         return Rewrite(kept, notes)
     groups = overrides.config_groups(kept)
     out = list(kept)
+    typed: dict[str, str] = {}
     for i in indices:
         out[i] = rewrite_override(kept[i], groups)
-    return Rewrite(out, notes)
+        typed.setdefault(out[i], kept[i])
+    return Rewrite(out, notes, typed)

@@ -34,6 +34,7 @@ from .values import unique
 
 if TYPE_CHECKING:
     from prefixsim.cluster import ClusterResult, LoadModel, RouterParams
+    from prefixsim.semantics import Semantics
 
 # prefixsim.cluster (its kernels, routers and load model) is imported by the functions that
 # use it: a sweep without cluster points does not wait 0.03 s for it before its first replay.
@@ -142,13 +143,17 @@ def cluster_specs(cfg: Any) -> list[ClusterSpec | None]:
 
 
 def run_point(
-    trace: Trace, params: PolicyParams, block_size: int, spec: ClusterSpec
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    spec: ClusterSpec,
+    semantics: Semantics | None = None,
 ) -> ClusterResult:
     from prefixsim.cluster import replay_cluster_params
 
     return replay_cluster_params(
-        trace, params, block_size, spec.instances, spec.router, spec.load
-    )  # fmt: skip
+        trace, params, block_size, spec.instances, spec.router, spec.load, semantics=semantics
+    )
 
 
 def result_columns(result: ClusterResult) -> dict[str, Any]:

@@ -41,6 +41,11 @@ ROUTER_PARAM_KEYS: tuple[str, ...] = ("overlap_weight", "seed", "vnodes", "key_b
 CLUSTER_GRID_KEYS: tuple[str, ...] = ("instances", "router", *ROUTER_PARAM_KEYS)
 GRID_KEYS += CLUSTER_GRID_KEYS
 
+SEMANTICS_GRID_KEYS: tuple[str, ...] = ("semantics", "unhashed_free", "cache_output_blocks")
+"""The replay's semantics (``sweep.semantics``, ``docs/semantics.md``): each option multiplies
+only the semantics that have it."""
+GRID_KEYS += SEMANTICS_GRID_KEYS
+
 POLICY_PARAM_KEYS: tuple[str, ...] = ("small_ratio", "max_freq", "ghost_freq")
 """Grid keys that are policy parameters: a policy without one of them (``PolicyParams``
 ``field_names()``) is not multiplied by its values, and its column is null."""
@@ -236,6 +241,15 @@ class SweepConfig:
     """S3FIFO: saturation value of the per-block frequency."""
     ghost_freq: list[int] = field(default_factory=lambda: [0])
     """S3FIFO: frequency of a block re-admitted from the ghost queue."""
+    semantics: list[str] = field(default_factory=lambda: ["spec"])
+    """The hit rule (``docs/semantics.md``): ``spec`` (the specification), ``vllm`` (vLLM
+    v1's), ``sglang`` (SGLang's). Not for a hierarchy (``tiers``) or the routers that read the
+    caches or the loads."""
+    unhashed_free: list[str] = field(default_factory=lambda: ["front"])
+    """vllm points: where a freed partial block goes in the free queue, ``front`` (today's
+    releases) or ``back`` (before vLLM PR #42656)."""
+    cache_output_blocks: list[bool] = field(default_factory=lambda: [False])
+    """vllm and sglang points: also cache the full blocks the generated tokens fill."""
     model: ModelConfig | None = None
     """The model whose KV cache fills the blocks (config group ``model``): adds bytes, prefill
     FLOPs and (with ``hardware``) est_ time columns; None: those columns are null."""

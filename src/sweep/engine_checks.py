@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import ParameterError, PolicyParams, PrefixSimError, Trace
+from prefixsim.semantics import check_fits
 from prefixsim.tiers import Hierarchy
 
 from .costing import CostSetup
@@ -85,7 +86,18 @@ def check_with_engine(
 ) -> None:
     """Run the engine's own checks of ``grid`` (:mod:`sweep.engine_checks`); raise
     :class:`PlanError` with the engine's message for the first point it refuses, in grid
-    order. ``setup``: the cost columns' model (their computation is checked too)."""
+    order. ``setup``: the cost columns' model (their computation is checked too, and each
+    trace at each block size by :func:`prefixsim.cost.check_cost`, as the CLI does: bytes its
+    requests could reuse past int64 are refused here, not after the replay)."""
+    if setup is not None:
+        from prefixsim.cost import check_cost
+
+        checked: set[tuple[str, int]] = set()
+        for gp in grid:
+            sha = shas.get((gp.trace, gp.block_size)) or shas[gp.trace]
+            if (sha, gp.block_size) not in checked:
+                checked.add((sha, gp.block_size))
+                check_cost(setup.model, gp.block_size, trace=traces[sha])
     groups: dict[tuple[Any, ...], list[GridPoint]] = {}
     kinds: dict[str, tuple[Any, ...]] = {}
     for gp in grid:
@@ -95,7 +107,7 @@ def check_with_engine(
             kind = kinds[sha] = _trace_kind(traces[sha])
         others = _others(type(gp.params))
         rest = others(gp.params) if others is not None else id(gp)
-        key = (kind, type(gp.params), rest, gp.block_size, gp.cluster)
+        key = (kind, type(gp.params), rest, gp.block_size, gp.cluster, gp.semantics)
         groups.setdefault(key, []).append(gp)
     by_kind: dict[tuple[Any, ...], list[GridPoint]] = {}
     for key, group in groups.items():
@@ -116,8 +128,16 @@ def _check_points(
     """The refused points of ``points`` (one kind of trace, ``trace`` one of them) and why."""
     from .parts import part_table
 
-    items: list[Item] = [(i, gp.params, gp.block_size, gp.cluster) for i, gp in enumerate(points)]
+    items: list[Item] = [
+        (i, gp.params, gp.block_size, gp.cluster, gp.semantics) for i, gp in enumerate(points)
+    ]
     results = check_items(trace, items)
+    for i, gp in enumerate(points):  # the whole trace: a request no engine could schedule
+        if not isinstance(results[i], Exception):
+            try:
+                check_fits(gp.semantics, trace, gp.params.capacity, gp.block_size)
+            except ParameterError as err:
+                results[i] = err
     refused = [
         (points[i], _message(points[i], r))
         for i, r in enumerate(results)
@@ -128,7 +148,9 @@ def _check_points(
         return refused
     first = head(trace)
     as_points = {
-        i: Point(i, "", gp.trace, sha, gp.params, gp.block_size, gp.cache_bytes, gp.cluster)
+        i: Point(
+            i, "", gp.trace, sha, gp.params, gp.block_size, gp.cache_bytes, gp.cluster, gp.semantics
+        )
         for i, gp in enumerate(points)
     }
     try:  # what the writer does with each row (int64 columns, the cost columns)

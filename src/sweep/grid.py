@@ -27,10 +27,14 @@ from typing import Any
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
 from prefixsim.params_grid import make_params_grid
+from prefixsim.semantics import Semantics
 
 from .cluster import ClusterSpec, cluster_specs
 from .config import POLICY_PARAM_KEYS, SweepConfig
 from .costing import cost_setup, grid_sizes
+from .semantics import SPEC, grid_semantics
+from .semantics import describe as describe_semantics
+from .semantics import key_document as semantics_document
 from .values import unique
 
 
@@ -50,6 +54,8 @@ class GridPoint:
     per block); None without a model."""
     cluster: ClusterSpec | None = None
     """Instances behind a router (``sweep.cluster``); None for a single-cache point."""
+    semantics: Semantics = SPEC
+    """The replay's hit rule (``sweep.semantics``)."""
 
     @property
     def policy(self) -> str:
@@ -58,6 +64,7 @@ class GridPoint:
     def describe(self) -> str:
         """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
         items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
+        items.update(describe_semantics(self.semantics))
         if self.cache_bytes is not None:
             items["cache_bytes"] = self.cache_bytes
         if self.cluster is not None:
@@ -80,6 +87,8 @@ class Point:
     """See :attr:`GridPoint.cache_bytes`."""
     cluster: ClusterSpec | None = None
     """See :attr:`GridPoint.cluster`."""
+    semantics: Semantics = SPEC
+    """See :attr:`GridPoint.semantics`."""
 
     @property
     def policy(self) -> str:
@@ -95,6 +104,7 @@ class Point:
             "trace": self.trace,
             "block_size": self.block_size,
             **self.params.to_dict(),
+            **describe_semantics(self.semantics),
         }
         if self.cluster is not None:
             items.update(self.cluster.describe())
@@ -109,13 +119,16 @@ def point_key(
     cache_bytes: int | None = None,
     cost_identity: dict[str, Any] | None = None,
     cluster: ClusterSpec | None = None,
+    semantics: Semantics = SPEC,
 ) -> str:
     """Stable identity of a point: a digest of the trace content, the block size and every
     parameter of the policy (so a changed default is a different point); with a model, also
     the cache's bytes and the cost model's inputs (:meth:`sweep.costing.CostSetup.identity`);
-    for a cluster point its instances, router and load model. Without a model or a cluster the
-    key is what it always was."""
+    for a cluster point its instances, router and load model; under an engine's semantics,
+    the semantics. Without a model, a cluster or an engine's semantics the key is what it
+    always was."""
     doc = {"trace_sha256": trace_sha256, "block_size": block_size, **params.to_dict()}
+    doc.update(semantics_document(semantics))
     if cache_bytes is not None:
         doc["cache_bytes"] = cache_bytes
     if cost_identity:
@@ -157,7 +170,10 @@ def point_keys(
         template = None
         if others is not False and type(capacity) is int and type(cache_bytes) in (int, _None):
             # repr tells apart what == does not (1, 1.0, True; 0.0, -0.0) but JSON does
-            shape = (sha, gp.block_size, cls, repr(others(params)), gp.cluster, cache_bytes is None)
+            shape = (
+                sha, gp.block_size, cls, repr(others(params)), gp.cluster, gp.semantics,
+                cache_bytes is None,
+            )  # fmt: skip
             template = templates.get(shape, _MISSING)
             if template is _MISSING:
                 template = templates[shape] = _key_template(sha, gp, cost_identity)
@@ -169,6 +185,7 @@ def point_keys(
                 cache_bytes=cache_bytes,
                 cost_identity=cost_identity,
                 cluster=gp.cluster,
+                semantics=gp.semantics,
             )
         else:
             if len(template) == 3:  # capacity only
@@ -202,6 +219,7 @@ def _key_template(
     doc = {"trace_sha256": sha, "block_size": gp.block_size, **gp.params.to_dict()}
     if any(type(v) not in (str, int, float, bool, _None) for v in doc.values()):
         return None  # only scalars have one rendering per repr
+    doc.update(semantics_document(gp.semantics))
     marks = {name: f"\x00{name}\x00" for name in _SLOTS}
     doc["capacity"] = marks["capacity"]
     if gp.cache_bytes is not None:
@@ -279,6 +297,7 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
         clusters = cluster_specs(cfg)
     except ParameterError as err:
         raise PlanError(str(err)) from None
+    semantics = _semantics_of(cfg, clusters)
 
     # A policy's points do not depend on the trace: plan them once per policy.
     planned: list[list[tuple[PolicyParams, int, int | None, ClusterSpec | None]]] = []
@@ -300,11 +319,25 @@ def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
         n = len(errors) * len(traces)  # each trace's points are invalid alike
         raise PlanError(f"{first} ({n} invalid point{'s' if n > 1 else ''}; first: {described})")
     return [
-        GridPoint(trace, params, block_size, cache_bytes, cluster)
+        GridPoint(trace, params, block_size, cache_bytes, cluster, sem)
         for trace in traces
         for policy_points in planned
         for params, block_size, cache_bytes, cluster in policy_points
+        for sem in semantics
     ]
+
+
+def _semantics_of(cfg: SweepConfig, clusters: Sequence[ClusterSpec | None]) -> list[Semantics]:
+    """The grid's semantics (:func:`sweep.semantics.grid_semantics`), refused with a router
+    whose decision reads the caches or the loads under an engine's semantics."""
+    from prefixsim.cluster.modes import check_router
+
+    semantics = grid_semantics(cfg)
+    for sem in semantics:
+        for cluster in clusters:
+            if cluster is not None:
+                check_router(sem, cluster.router)
+    return semantics
 
 
 NOT_WITH_TIERS: tuple[str, ...] = ("capacity", "cache_size", "instances", "router")
@@ -330,6 +363,12 @@ def check_every_value(cfg: SweepConfig) -> None:
     for key, values in lists:
         if values is not None and not len(values):
             raise PlanError(f"{key}: empty list; the grid needs at least one value")
+    if cfg.tiers is not None and unique(cfg.semantics) != ["spec"]:
+        from prefixsim.semantics import require_spec
+
+        for name in unique(cfg.semantics):
+            require_spec(name, f"a hierarchy (tiers={cfg.tiers.name or '...'})")
+    _check_grid_size(cfg)
     if cfg.tiers is not None:
         given = [k for k in NOT_WITH_TIERS if getattr(cfg, k) is not None]
         if given:
@@ -356,6 +395,87 @@ def check_every_value(cfg: SweepConfig) -> None:
                 values = unique(getattr(tier, key))
                 if key not in used and values != defaults[key]:
                     check_policy_values(f"tiers.{level}.{key}", key, values)
+
+
+def _distinct(values: Sequence[Any] | None, default: int = 1) -> int:
+    return default if values is None else len(unique(values))
+
+
+def grid_size_bound(cfg: SweepConfig) -> int:
+    """How many points the grid has at most (before repeats are removed), counted from the
+    lengths of its lists without building a point: a parameter a policy (or router) lacks
+    does not multiply it, as in :func:`_plan_grid` and :func:`sweep.cluster.cluster_specs`."""
+    from .config import DEFAULT_CAPACITIES, ROUTER_PARAM_KEYS, TIER_LEVELS
+
+    traces = _distinct(cfg.trace) * _distinct(cfg.block_size)
+    if cfg.tiers is not None:
+        tiers = _distinct(cfg.tiers.mode)
+        for level in TIER_LEVELS:
+            tier = getattr(cfg.tiers, level)
+            if tier is None or level not in cfg.tiers.order:
+                continue
+            tiers *= _distinct(tier.capacity) * _per_policy(unique(tier.policy), tier)
+        return traces * tiers
+    if cfg.cache_size is not None:
+        sizes = _distinct(cfg.cache_size)
+    else:
+        sizes = _distinct(cfg.capacity, len(DEFAULT_CAPACITIES))
+    clusters = 1
+    if cfg.instances is not None or cfg.router is not None:
+        from prefixsim.cluster import get_router
+
+        clusters = 0
+        for name in unique(cfg.router if cfg.router is not None else ["round_robin"]):
+            try:
+                names = get_router(name).params_type.field_names()
+            except ParameterError:
+                continue  # an unknown router: cluster_specs names it
+            combos = 1
+            for key in ROUTER_PARAM_KEYS:
+                if key in names:
+                    combos *= _distinct(getattr(cfg, key))
+            clusters += combos
+        clusters *= _distinct(cfg.instances)
+    # At most: each option multiplies only the semantics that have it (sweep.semantics).
+    semantics = (
+        _distinct(cfg.semantics) * _distinct(cfg.unhashed_free) * _distinct(cfg.cache_output_blocks)
+    )
+    return traces * sizes * _per_policy(unique(cfg.policy), cfg) * clusters * semantics
+
+
+def _per_policy(policies: Sequence[str], values: Any) -> int:
+    """The points of one capacity: each policy times the values of the parameters it has."""
+    total = 0
+    for policy in policies:
+        try:
+            names = prefixsim.get_policy(policy).params_type.field_names()
+        except ParameterError:
+            continue  # an unknown policy: the planner names it
+        combos = 1
+        for key in POLICY_PARAM_KEYS:
+            if key in names:
+                combos *= _distinct(getattr(values, key))
+        total += combos
+    return total
+
+
+def _check_grid_size(cfg: SweepConfig) -> None:
+    """Refuse a grid of more than :data:`sweep.ranges.MAX_GRID_POINTS` points before any is
+    built (``capacity=range(1,100000) block_size=range(1,100000)`` is ten billion), with the
+    memory it would need."""
+    from .config import GRID_KEYS, TIER_LEVELS, TIER_PARAM_KEYS
+    from .ranges import too_many
+
+    reason = too_many("the grid", grid_size_bound(cfg), "points")
+    if reason is not None:
+        lists = [(key, getattr(cfg, key)) for key in GRID_KEYS if key != "policy" or not cfg.tiers]
+        if cfg.tiers is not None:
+            for level in TIER_LEVELS:
+                tier = getattr(cfg.tiers, level)
+                if tier is not None and level in cfg.tiers.order:
+                    lists.extend((f"tiers.{level}.{k}", getattr(tier, k)) for k in TIER_PARAM_KEYS)
+        lengths = [f"{key}: {n:,}" for key, values in lists if (n := _distinct(values, 0)) > 1]
+        raise PlanError(f"{reason}; values per key: {', '.join(lengths)}")
 
 
 _SCHEMA_DEFAULTS: dict[str, Any] = {}
@@ -530,6 +650,7 @@ def _assign_points(
                 gp.block_size,
                 gp.cache_bytes,
                 gp.cluster,
+                gp.semantics,
             )
         )
     return points, registry

@@ -64,9 +64,22 @@ def field_type(path: str, groups: Iterable[str] = ()) -> Any:
     raise :class:`OverrideError` naming the closest key when the schema has no such key."""
     tp: Any = SweepConfig
     done: list[str] = []
+    if path == "hydra" or path.startswith("hydra."):
+        from hydra.conf import HydraConf
+
+        tp, done, path = HydraConf, ["hydra"], path.removeprefix("hydra").lstrip(".")
+        if not path:
+            return HydraConf
     for name in path.split("."):
         inner, _ = _strip_optional(tp)
+        if inner is Any:
+            return Any  # a node the schema does not type (hydra.launcher: its plugin's)
         if typing.get_origin(inner) is dict:
+            table = ".".join(done)
+            known = _mapping_keys(table)
+            if known is not None and name not in known:
+                # Hydra would advise +KEY=..., which the engine then refuses
+                raise OverrideError(unknown_key(f"{table}.", name, known))
             tp = typing.get_args(inner)[1]  # any key of a mapping (peak_flops.bf16)
         elif dataclasses.is_dataclass(inner):
             hints = _hints(typing.cast(type, inner))
@@ -81,6 +94,20 @@ def field_type(path: str, groups: Iterable[str] = ()) -> Any:
             raise OverrideError(f"{path}: {where} is a value ({_describe(tp)}), not a node")
         done.append(name)
     return tp
+
+
+def _mapping_keys(table: str) -> list[str] | None:
+    """The keys the engine accepts in the mapping node ``table`` (``hardware.bandwidth``: the
+    tiers' media; ``hardware.peak_flops``: the dtypes), or None for a mapping of any keys."""
+    if table == "hardware.bandwidth":
+        from prefixsim.hardware import TIERS
+
+        return list(TIERS)
+    if table == "hardware.peak_flops":
+        from prefixsim.models import DTYPE_BYTES
+
+        return list(DTYPE_BYTES)
+    return None
 
 
 def unknown_key(prefix: str, name: str, known: list[str]) -> str:
@@ -233,6 +260,45 @@ def _config_groups(argv: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(g for g in groups if not g.startswith(("_", ".")))
 
 
+def group_options(group: str, argv: Sequence[str]) -> list[str]:
+    """The options of the config group ``group`` Hydra will know for ``argv``: the YAML files
+    of ``conf/GROUP/``, of each ``--config-dir``'s ``GROUP/`` and, for ``model`` and
+    ``hardware``, the bundled profiles (regular files only, as the profile loader reads)."""
+    conf = Path(__file__).resolve().parent / "conf"
+    dirs = config_dirs(argv, conf) or [conf]
+    folders = [d / group for d in dirs]
+    if group in ("model", "hardware"):
+        from prefixsim.models import profile_dir
+
+        folders.append(profile_dir(group))
+    names: set[str] = set()
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            names.update(p.stem for p in folder.glob("*.yaml") if p.is_file())
+    return sorted(names)
+
+
+def null_node_line(typed: str, node: str, argv: Sequence[str]) -> str:
+    """One line for an override that reaches into (or merges a mapping into) ``node``, a node
+    that is null in the composed configuration (``tiers.hbm.capacity=3`` without ``tiers=``,
+    ``model.layers=32`` without ``model=``, ``hardware=null hardware.mfu=0.5``): OmegaConf
+    fails on it with an assertion's traceback."""
+    typed = _short(typed, 120)
+    group = node.split(".")[0]
+    if node == group and group in config_groups(argv):
+        known = group_options(group, argv)
+        shown = f" ({group}: {', '.join(known)})" if known else ""
+        return (
+            f"{typed}: no {group} is chosen ({group} is null in this configuration); choose "
+            f"one first, {group}=NAME{shown}"
+        )
+    where = f" in a file of the {group} group" if group in config_groups(argv) else ""
+    return (
+        f"{typed}: {node} is null in this configuration, so it has no keys to set; give "
+        f"{node} whole{where} (--config-dir DIR with DIR/{group}/NAME.yaml)"
+    )
+
+
 def is_group(key: str, groups: Iterable[str]) -> bool:
     """``model`` (a config group), ``hydra/launcher``, ``hydra.run.dir``: left to Hydra."""
     return key in groups or "/" in key or key == "hydra" or key.startswith("hydra.")
@@ -245,8 +311,7 @@ def describe_omegaconf_error(cfg: Any, err: Exception) -> str:
     key = str(getattr(err, "full_key", "") or "")
     message = str(getattr(err, "msg", None) or err).strip().splitlines()
     reason = message[0] if message else type(err).__name__
-    for noise in ("KeyError raised while resolving interpolation: ",):
-        reason = reason.removeprefix(noise)
+    reason = re.sub(r"^\w+ raised while resolving interpolation: ", "", reason)
     raw = _raw_value(cfg, key)
     shown = f"{key}={_short(raw, 120)}" if raw is not None else key or "the configuration"
     if type(err).__name__ == "MissingMandatoryValue":

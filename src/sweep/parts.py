@@ -16,6 +16,7 @@ from .config import POLICY_PARAM_KEYS
 from .costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS, CostSetup
 from .grid import Point
 from .run import Outcome
+from .semantics import result_columns as semantics_columns
 from .store import COUNTER_COLUMNS, PART_LIST_COLUMNS, PART_SCHEMA, part_list_name
 from .tiers import hierarchy_cost_inputs, tier_columns
 
@@ -42,6 +43,7 @@ def part_table(
     }
     for k in POLICY_PARAM_KEYS:
         cols[k] = [p.param(k) for p in pts]
+    cols.update(semantics_columns([p.semantics for p in pts]))
     cols.update(
         n_requests=[o.n_requests for o in outcomes],
         total_prompt_tokens=[o.total_prompt_tokens for o in outcomes],

@@ -13,6 +13,7 @@ is registered too, so ``--cfg job --resolve`` and OmegaConf itself give the same
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from typing import Any
@@ -25,10 +26,68 @@ FLOAT_KEYS = ("small_ratio",)
 _PATTERN = re.compile(r"\$\{" + RESOLVER + r":([^{}$]*)\}")
 _NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?")
 
+MAX_GRID_POINTS = 10_000_000
+"""The most points a grid may have (and so values a ``range()`` may give): planning holds
+about :data:`BYTES_PER_POINT` per point, so ten million points are about 10 GB before the first
+replay. Beyond it the values are refused before any list is built, with the memory they would
+need (``range(1,3000000000)`` was a MemoryError's traceback)."""
+BYTES_PER_POINT = 1024
+"""Memory of one planned point, rounded up (about 730 bytes at the peak of planning 100,000
+S3FIFO capacities, measured with tracemalloc; rows and results come on top)."""
+
+
+class RangeError(ValueError):
+    """A ``range()`` whose values cannot be listed (a bound not finite, a step of 0, more
+    values than a grid may have): the message is one line, without the key."""
+
+
+def too_many(what: str, count: int, noun: str = "values") -> str | None:
+    """The reason ``count`` values (or points) of ``what`` are refused, or None."""
+    if count <= MAX_GRID_POINTS:
+        return None
+    need = count * BYTES_PER_POINT
+    shown = f"{count:,}" if count < 10**15 else f"{count:.3g}"
+    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30)):
+        if need >= size:
+            amount = need / size
+            memory = f"{amount:,.0f} {unit}" if amount < 10**6 else f"{amount:.3g} {unit}"
+            break
+    else:
+        memory = f"{need / 2**30:.1f} GiB"
+    return (
+        f"{what} has {shown} {noun}; a grid holds at most {MAX_GRID_POINTS:,} points (about "
+        f"{BYTES_PER_POINT} bytes each while planning: these would need about {memory})"
+    )
+
+
+def count(start: Any, stop: Any, step: Any = 1) -> int:
+    """How many values ``range(start, stop, step)`` has in Hydra's sense, without listing
+    them. Raises :class:`RangeError` for a bound or step that is not a finite number, a step
+    of 0, or more than :data:`MAX_GRID_POINTS` values."""
+    numbers = (start, stop, step)
+    for name, x in zip(("start", "stop", "step"), numbers, strict=True):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise RangeError(f"range() needs numbers; its {name} is {x!r}")
+        if isinstance(x, float) and not math.isfinite(x):
+            raise RangeError(f"range() needs finite numbers; its {name} is {x}")
+    if step == 0:
+        raise RangeError("range() needs a step other than 0")
+    if all(isinstance(x, int) for x in numbers):
+        n = max(0, -((start - stop) // step))  # ceil((stop - start) / step), exact
+    else:
+        a, b, s = (Decimal(repr(float(x))) for x in numbers)
+        n = max(0, math.ceil((b - a) / s))  # as FloatRange: start + i * step before stop
+    reason = too_many("the range", n)
+    if reason is not None:
+        raise RangeError(reason)
+    return n
+
 
 def expand(start: Any, stop: Any, step: Any = 1) -> list[int] | list[float]:
     """The values of ``range(start, stop, step)`` in Hydra's sense; with a float, stepped in
-    decimal from the numbers as written (0.05 + 0.1 is 0.15 here, not 0.15000000000000002)."""
+    decimal from the numbers as written (0.05 + 0.1 is 0.15 here, not 0.15000000000000002).
+    Raises :class:`RangeError` (:func:`count`) before building the list."""
+    count(start, stop, step)
     if all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop, step)):
         return list(range(start, stop, step))
     from hydra.core.override_parser.types import FloatRange
@@ -42,14 +101,9 @@ def compact(key: str, start: Any, stop: Any, step: Any) -> str | None:
     (short ranges, and ranges Hydra would reject for the key's type, stay lists)."""
     numbers = (start, stop, step)
     is_int = all(isinstance(x, int) and not isinstance(x, bool) for x in numbers)
-    if not (key in FLOAT_KEYS or (key in INT_KEYS and is_int)) or step == 0:
+    if not (key in FLOAT_KEYS or (key in INT_KEYS and is_int)):
         return None
-    if is_int:
-        count = len(range(start, stop, step))
-    else:
-        a, b, s = (Decimal(repr(float(x))) for x in numbers)
-        count = max(0, int((b - a) / s) + 1)  # an upper bound is enough to choose
-    if count < COMPACT_MIN:
+    if count(start, stop, step) < COMPACT_MIN:  # RangeError for a range that cannot be listed
         return None
     text = ",".join(str(x) if isinstance(x, int) else repr(float(x)) for x in numbers)
     return "${" + RESOLVER + ":" + text + "}"

@@ -30,12 +30,14 @@ import numpy as np
 
 import prefixsim
 from prefixsim import PolicyParams, Trace
+from prefixsim.semantics import Semantics
 
 from .cluster import ClusterSpec
 from .cluster import result_columns as cluster_columns
 from .cluster import run_point as run_cluster_point
 from .config import Backend, ExecutorConfig
 from .grid import Point, gc_paused
+from .semantics import SPEC
 from .tiers import replay_point
 
 log = logging.getLogger("sweep")
@@ -168,8 +170,9 @@ def _failure(point_id: int, err: Exception) -> Outcome:
     return Outcome(point_id, error=f"{type(err).__name__}: {err}{location}")
 
 
-Item = tuple[int, PolicyParams, int, ClusterSpec | None]
-"""A point as a worker gets it: point_id, policy parameters, block size, cluster (or None)."""
+Item = tuple[int, PolicyParams, int, ClusterSpec | None, Semantics]
+"""A point as a worker gets it: point_id, policy parameters, block size, cluster (or None),
+semantics."""
 
 
 def _cluster_outcome(point_id: int, r: Any, per_request: bool) -> Outcome:
@@ -192,21 +195,23 @@ def _cluster_outcome(point_id: int, r: Any, per_request: bool) -> Outcome:
 def _curve_groups(items: Sequence[Item]) -> dict[int, list[int]]:
     """block_size -> indices into ``items`` of the LRU points worth one LRU curve."""
     groups: dict[int, list[int]] = {}
-    for i, (_, params, block_size, cluster) in enumerate(items):
-        if params.policy == "LRU" and cluster is None:
+    for i, (_, params, block_size, cluster, semantics) in enumerate(items):
+        if params.policy == "LRU" and cluster is None and semantics == SPEC:
             groups.setdefault(block_size, []).append(i)
     return {b: idx for b, idx in groups.items() if len(idx) >= CURVE_MIN_POINTS}
 
 
-def _full_item(item: Item | tuple[int, PolicyParams, int]) -> Item:
-    if len(item) == 4:
+def _full_item(item: Item | tuple[Any, ...]) -> Item:
+    """An item with its cluster and semantics (``(point_id, params, block_size)`` and items
+    without a semantics are single caches, or clusters, under ``spec``)."""
+    if len(item) == 5:
         return item
-    point_id, params, block_size = item
-    return (point_id, params, block_size, None)
+    point_id, params, block_size, *cluster = item
+    return (point_id, params, block_size, cluster[0] if cluster else None, SPEC)
 
 
 def run_batch(
-    trace: Trace, given: Sequence[Item | tuple[int, PolicyParams, int]], per_request: bool
+    trace: Trace, given: Sequence[Item | tuple[Any, ...]], per_request: bool
 ) -> list[Outcome]:
     """Replay a batch of points of one trace (runs in a worker), outcomes in ``items`` order.
     Never raises for a point: a failure is returned with the exception's type, message and
@@ -230,17 +235,18 @@ def _replay_items(
         except Exception:
             continue  # the points are replayed one by one below, failing one by one if need be
         for i in indices:
-            point_id, params, _, _ = items[i]
+            point_id, params, _, _, _ = items[i]
             out[i] = _outcome(point_id, curve.result(params.capacity), per_request)
-    for i, (point_id, params, block_size, cluster) in enumerate(items):
+    for i, (point_id, params, block_size, cluster, semantics) in enumerate(items):
         if i in out:
             continue
         try:
             if cluster is not None:
-                result = run_cluster_point(trace, params, block_size, cluster)
-                out[i] = _cluster_outcome(point_id, result, per_request)
+                clustered = run_cluster_point(trace, params, block_size, cluster, semantics)
+                out[i] = _cluster_outcome(point_id, clustered, per_request)
                 continue
-            out[i] = _outcome(point_id, replay_point(trace, params, block_size), per_request)
+            result = replay_point(trace, params, block_size, semantics)
+            out[i] = _outcome(point_id, result, per_request)
         except Exception as err:
             out[i] = err
     return [out[i] for i in range(len(items))]
@@ -272,7 +278,7 @@ class Batch:
     points: tuple[Point, ...]
 
     def items(self) -> list[Item]:
-        return [(p.point_id, p.params, p.block_size, p.cluster) for p in self.points]
+        return [(p.point_id, p.params, p.block_size, p.cluster, p.semantics) for p in self.points]
 
 
 @dataclass

@@ -21,6 +21,7 @@ import pyarrow as pa
 import prefixsim
 from prefixsim import ParameterError, PolicyParams, Trace
 from prefixsim.hardware import HardwareProfile
+from prefixsim.semantics import Semantics
 from prefixsim.tiers import (
     COUNTER_NAMES,
     MEDIA,
@@ -159,12 +160,14 @@ def hierarchy_cost_inputs(params: PolicyParams, outcome: Outcome) -> dict[str, A
 
 
 def replay_point(
-    trace: Trace, params: PolicyParams, block_size: int
+    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics | None = None
 ) -> prefixsim.ReplayResult | TieredResult:
     """One point's replay: a hierarchy through the tier engine, a policy through its own."""
     if isinstance(params, Hierarchy):
-        return replay_hierarchy(trace, params, block_size)
-    return prefixsim.replay_params(trace, params, block_size)
+        return replay_hierarchy(trace, params, block_size, semantics=semantics)
+    if semantics is None or semantics.name == "spec":
+        return prefixsim.replay_params(trace, params, block_size)  # today's call, as it was
+    return prefixsim.replay_params(trace, params, block_size, semantics=semantics)
 
 
 def tier_columns(points: Sequence[Point], outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:

@@ -32,9 +32,11 @@ from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
 from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
+from ..semantics import Semantics
 from ..trace import Trace, load_trace
 from . import driver as cluster_driver
 from .load import LoadModel, fcfs_kernel, split_subtraces
+from .modes import check_router, semantics_cluster
 from .reference import RawCluster, Setup, reference_cluster
 from .routers import RouterParams, get_router, make_router
 
@@ -64,6 +66,8 @@ class ClusterResult(HitTotals):
     """Per instance: ``block_accesses``, ``block_hits``, ``evictions`` and the policy's own."""
     engine: str
     seconds: float = field(default=0.0, compare=False)
+    semantics: Semantics = field(default_factory=Semantics)
+    """Each instance's hit rule (``docs/semantics.md``, :mod:`prefixsim.cluster.modes`)."""
 
     @property
     def est_ttft_seconds(self) -> np.ndarray | None:
@@ -172,11 +176,14 @@ def replay_cluster(
     cache_tier: str = "hbm",
     decode_seconds_per_token: float = 0.0,
     engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> ClusterResult:
     """Replay a trace through ``instances`` caches of ``policy`` (each of ``capacity`` blocks)
     behind ``router``. With ``model`` and ``hardware`` (profile names, YAML paths or profiles)
     the load model gives queueing delays and estimated TTFTs; ``least_loaded`` and ``kv_aware``
-    need them."""
+    need them. ``semantics`` (``docs/semantics.md``): each instance's hit rule; under
+    ``vllm`` or ``sglang`` only the routers that read neither caches nor loads are defined
+    (:mod:`prefixsim.cluster.modes`)."""
     if not isinstance(router, RouterParams):
         router = make_router(router, **(router_params or {}))
     elif router_params:
@@ -190,7 +197,14 @@ def replay_cluster(
     if model is not None and hardware is not None:
         load = LoadModel(model, hardware, cache_tier, decode_seconds_per_token)  # type: ignore[arg-type]
     return replay_cluster_params(
-        _as_trace(trace_or_path), params, block_size, instances, router, load, engine=engine
+        _as_trace(trace_or_path),
+        params,
+        block_size,
+        instances,
+        router,
+        load,
+        engine=engine,
+        semantics=semantics,
     )
 
 
@@ -203,6 +217,7 @@ def check_cluster(
     trace: Trace | None = None,
     *,
     engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> tuple[int, int]:
     """Every check of a cluster point before its replay (what the sweep's planning can call per
     point, with or without the trace): ``(block_size, instances)`` normalised, or the
@@ -226,7 +241,9 @@ def check_cluster(
             "decides as it goes (the static routers round_robin, random and session take it)",
         )
     check_engine(engine)
-    if engine == "kernel":
+    sem = Semantics.of(semantics)
+    check_router(sem, router)
+    if engine == "kernel" and sem.name == "spec":
         get_policy(params.policy).compiled_steps()  # a policy with a reference only is refused
     key = router.state_key
     check_fits(
@@ -256,15 +273,21 @@ def replay_cluster_params(
     load: LoadModel | None,
     *,
     engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> ClusterResult:
     """Replay with already validated parameters (what the sweep calls for a cluster point)."""
+    sem = Semantics.of(semantics)
     block_size, instances = check_cluster(
-        params, block_size, instances, router, load, trace, engine=engine
+        params, block_size, instances, router, load, trace, engine=engine, semantics=sem
     )
     setup = Setup(params, block_size, instances, router, load)
     spec = get_router(router.router)
     start = time.perf_counter()
-    if engine == "reference":
+    if sem.name != "spec":
+        raw, engine = semantics_cluster(
+            trace, params, block_size, instances, router, load, sem, engine
+        )
+    elif engine == "reference":
         raw = reference_cluster(trace, setup)
     elif spec.assign is not None:
         raw = _static_cluster(trace, setup)
@@ -297,6 +320,7 @@ def replay_cluster_params(
         instance_counters=counters,
         engine=engine,
         seconds=seconds,
+        semantics=sem,
     )
 
 

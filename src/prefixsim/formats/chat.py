@@ -24,13 +24,16 @@ downloaded), encoded without added special tokens.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import stat
 import string
 from typing import Any
 
 import numpy as np
 
-from ..errors import ParameterError, TraceError, shown
+from ..errors import ParameterError, TraceError, shown, shown_text
 from . import TraceOptions
 from .sessions import check_session_id, dense_session_ids
 from .tokens import TokenTable, check_fields, check_output_length, check_timestamp
@@ -92,15 +95,53 @@ def render(messages: list[dict[str, str]], chat_template: str = "chatml") -> str
     return "".join(each.format_map(m) for m in messages) + suffix
 
 
+MAX_TOKENIZER_BYTES = 1 << 30
+"""The largest ``tokenizer.json`` read (1 GiB; the largest published ones are tens of MB)."""
+
+
+def read_tokenizer_file(path: str) -> bytes:
+    """The bytes of a ``tokenizer.json``. Only a regular file of at most
+    :data:`MAX_TOKENIZER_BYTES` is read: a named pipe would block forever and ``/dev/zero``
+    never ends (a MemoryError), so they are refused without reading, as the trace readers do
+    (opened non-blocking, checked on the open descriptor). A :class:`ParameterError` naming
+    ``tokenizer`` otherwise."""
+    expected = "bytes or a readable tokenizer.json file"
+
+    def bad(why: str) -> ParameterError:
+        return ParameterError("tokenizer", path, f"{expected} ({why})")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        with contextlib.suppress(OSError):  # a socket cannot be opened: say what it is
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise bad("not a regular file") from None
+        raise bad(e.strerror or type(e).__name__) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise bad("a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise bad("not a regular file")
+        if st.st_size > MAX_TOKENIZER_BYTES:
+            raise bad(f"{st.st_size} bytes, more than {MAX_TOKENIZER_BYTES}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # owned by f now
+            data = f.read(MAX_TOKENIZER_BYTES + 1)
+    except OSError as e:
+        raise bad(e.strerror or type(e).__name__) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > MAX_TOKENIZER_BYTES:  # grew after the check
+        raise bad(f"more than {MAX_TOKENIZER_BYTES} bytes")
+    return data
+
+
 def tokenizer_file_sha(path: str) -> str:
     """sha256 of a ``tokenizer.json`` (part of the parsed trace's identity)."""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError as e:
-        raise ParameterError(
-            "tokenizer", path, f"bytes or a readable tokenizer.json file ({e.strerror or e})"
-        ) from None
+    return hashlib.sha256(read_tokenizer_file(path)).hexdigest()
 
 
 def tokenize(texts: list[str], tokenizer: str) -> list[np.ndarray]:
@@ -116,10 +157,17 @@ def tokenize(texts: list[str], tokenizer: str) -> list[np.ndarray]:
             "bytes, or install the optional tokenizers package to read a tokenizer.json "
             "(pip install 'prefixsim[tokenizers]')",
         ) from None
+    data = read_tokenizer_file(tokenizer)  # not Tokenizer.from_file: it would open a FIFO
     try:
-        tok = Tokenizer.from_file(tokenizer)
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ParameterError(
+            "tokenizer", tokenizer, f"a valid tokenizer.json (not UTF-8 at byte {e.start + 1})"
+        ) from None
     except Exception as e:  # the Rust side raises plain Exception on a bad file
-        raise ParameterError("tokenizer", tokenizer, f"a valid tokenizer.json ({e})") from None
+        raise ParameterError(
+            "tokenizer", tokenizer, f"a valid tokenizer.json ({shown_text(str(e))})"
+        ) from None
     encodings = tok.encode_batch(texts, add_special_tokens=False)
     return [np.array(e.ids, dtype=np.int64) for e in encodings]
 

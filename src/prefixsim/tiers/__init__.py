@@ -27,6 +27,7 @@ from ..engine import tiers as tiers_driver
 from ..policies import get_policy
 from ..policies.base import check_int
 from ..replay import MAX_BLOCK_SIZE, Engine, _as_trace, check_engine
+from ..semantics import Semantics, require_spec
 from ..trace import Trace
 from .model import (
     COUNTER_NAMES,
@@ -63,8 +64,11 @@ def replay_tiers(
     block_size: int = 512,
     *,
     engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> TieredResult:
-    """Replay a trace through a hierarchy of tiers, fastest first.
+    """Replay a trace through a hierarchy of tiers, fastest first, under the specification's
+    semantics (``semantics`` other than ``"spec"`` is refused: an engine's rules for a
+    hierarchy are not defined yet).
 
     ``tiers`` are :class:`Tier` objects (:func:`make_tier`) or mappings of the same keys
     (``{"policy": "LRU", "capacity": 2048, "name": "hbm"}``). ``engine="kernel"`` runs the
@@ -72,6 +76,7 @@ def replay_tiers(
     ``"reference"`` the plain-Python reference driver (:mod:`prefixsim.tiers.reference`). Both
     take every policy, in the positions :func:`check_tiers` allows.
     """
+    require_spec(semantics, "a hierarchy of tiers")
     checked = check_tiers(tiers, mode)
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     check_engine(engine)
@@ -111,7 +116,14 @@ def replay_tiers(
 
 
 def replay_hierarchy(
-    trace: Trace, hierarchy: Hierarchy, block_size: int, *, engine: Engine = "kernel"
+    trace: Trace,
+    hierarchy: Hierarchy,
+    block_size: int,
+    *,
+    engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
 ) -> TieredResult:
     """:func:`replay_tiers` with an already validated :class:`Hierarchy` (a sweep point)."""
-    return replay_tiers(trace, hierarchy.tiers, hierarchy.mode, block_size, engine=engine)
+    return replay_tiers(
+        trace, hierarchy.tiers, hierarchy.mode, block_size, engine=engine, semantics=semantics
+    )

@@ -14,8 +14,9 @@ router run with several parameter values gets another marker and line style per 
     (the one-instance points at ``instances * capacity``, when the run has them); a second row
     of panels with each router's share of it (%).
 ``cluster_ttft``
-    p50 (solid) and p99 (dashed) estimated TTFT against the number of instances, one colour per
-    router (log axis). Skipped without the load model's columns.
+    estimated TTFT against the number of instances, p50 in the first row of panels and p99 in
+    the second (one log y scale), one line per router. Skipped without the load model's
+    columns.
 ``cluster_load_imbalance``
     max / mean busy time against the number of instances, one line per router. Skipped without
     the load model's columns.
@@ -29,7 +30,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from .axes import (
     draw_ceiling,
@@ -43,7 +43,7 @@ from .capacity import ceiling_of, top
 from .data import SkipFigure, titles_by_difference, trace_labels
 from .legend import finish, layout
 from .registry import FigureKind, register
-from .series import PART_PREFIX, Series, draw_series
+from .series import Series, draw_series
 from .style import MARKERS, Palette, styled
 
 ROUTER_PARAMS = ("overlap_weight", "seed", "vnodes", "key_blocks")
@@ -238,32 +238,29 @@ def fig_cluster_ttft(
     traces: pd.DataFrame | None = None,
     palette: Palette | None = None,
 ) -> Figure:
+    """p50 est. TTFT in the first row of panels, p99 in the second, one y scale for both: the
+    percentile is told by the row, so that each router keeps its colour, marker and line style
+    of the run (a p50/p99 line style would take a variant's dotted line from it)."""
     capacity, at = _at_capacity(results, capacity, needs="est_ttft_p50_seconds")
     palette = palette or Palette.of(results)
     panels = _panels(at)
-    fig, axes = layout(len(panels), sharey=True)
+    n = len(panels)
+    rows = (("est_ttft_p50_seconds", "p50"), ("est_ttft_p99_seconds", "p99"))
+    most = max(len(_lines(group)) for _, group in panels)
+    fig, axes = layout(2 * n, ncols=n, sharey=True, series=most)
     series: list[Series] = []
-    for col, (_, group) in enumerate(panels):
-        for s in _router_series(col, group, "est_ttft_p50_seconds", 1.0, palette):
-            s.style["linestyle"] = "-"  # p50 solid, p99 dashed
-            series.append(s)
-    drawn = draw_series(axes, series)
-    for col, (title, group) in enumerate(panels):
-        ax = axes[col]
-        for s in (s for s in series if s.panel == col):
-            line = _lines(group)[s.key]
-            style = {**s.style, "linestyle": "--", "markerfacecolor": "none"}
-            p99 = line["est_ttft_p99_seconds"].to_numpy(dtype=float)
-            ax.plot(s.x, p99, label=f"{PART_PREFIX}{drawn[s.key]}", **style)
-        log_axis_plain(ax)
-        ax.set_title(title)
-        ax.set_ylabel("est. TTFT (s)")
-        instances_axis(ax, group["instances"].tolist(), _x_label(capacity))
-    keys = [
-        (Line2D([], [], color="0.35"), "p50"),
-        (Line2D([], [], color="0.35", linestyle="--"), "p99"),
-    ]
-    return finish(fig, axes, extra=keys)
+    for row, (column, _) in enumerate(rows):
+        for col, (_, group) in enumerate(panels):
+            series += _router_series(row * n + col, group, column, 1.0, palette)
+    draw_series(axes, series)
+    for row, (_, percentile) in enumerate(rows):
+        for col, (title, group) in enumerate(panels):
+            ax = axes[row * n + col]
+            log_axis_plain(ax)
+            ax.set_title(f"{title}, {percentile}")
+            ax.set_ylabel(f"{percentile} est. TTFT (s)")
+            instances_axis(ax, group["instances"].tolist(), _x_label(capacity))
+    return finish(fig, axes)
 
 
 @styled

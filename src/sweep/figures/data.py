@@ -424,7 +424,9 @@ def load_results(run_dir: Path) -> pd.DataFrame:
     for key in POLICY_PARAM_KEYS:
         if key not in df.columns:
             df[key] = pd.NA
-    return df
+    from ..semantics import figure_policies
+
+    return figure_policies(df)  # a policy under an engine's semantics is a series of its own
 
 
 def pick_points(results: pd.DataFrame, points: Sequence[int] | None) -> pd.DataFrame:

@@ -45,9 +45,14 @@ CDF_GRID = 1001
 millions of requests stays small."""
 TARGET_BINS = 60
 """Hit rate over time uses the smallest round bin width giving at most this many bins."""
-ROUND_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-                  43200, 86400, 172800, 604800)  # fmt: skip
-"""Bin widths (s): 1, 2, 5, 10, 15, 30 s; 1, 2, 5, 10, 15, 30 min; 1, 2, 3, 6, 12 h; 1, 2, 7 d."""
+ROUND_WIDTHS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500,
+                   1_000, 2_000, 5_000, 10_000, 15_000, 30_000,
+                   60_000, 120_000, 300_000, 600_000, 900_000, 1_800_000,
+                   3_600_000, 7_200_000, 10_800_000, 21_600_000, 43_200_000,
+                   86_400_000, 172_800_000, 604_800_000)  # fmt: skip
+"""Bin widths (ms): 1, 2, 5, 10, 20, 50, 100, 200, 500 ms (a trace of a few seconds, or of a
+few requests a millisecond apart, still gets bins of its own); 1, 2, 5, 10, 15, 30 s; 1, 2, 5,
+10, 15, 30 min; 1, 2, 3, 6, 12 h; 1, 2, 7 d."""
 SMALL_MULTIPLES_ABOVE = 5
 SMALL_PANEL_IN = (DOUBLE_COLUMN_IN / 4, 1.45)
 """Width and height of one small multiple (four per row across both columns)."""
@@ -168,8 +173,9 @@ def _small_multiples(series: list[Series], panel_list: Sequence[Panel], decorate
             for other in mine:
                 if other is not s:
                     ax.plot(other.x, other.y, color="0.82", linewidth=0.7, gid=CONTEXT_GID)
-            # one coloured line per panel: solid, without markers, reads best
-            style = {k: v for k, v in s.style.items() if k not in ("marker", "linestyle")}
+            # one coloured line per panel, without markers (a series of one point keeps its
+            # marker: a line of one point draws nothing), in the series' line style of the run
+            style = {k: v for k, v in s.style.items() if k != "marker" or len(s.x) == 1}
             ax.plot(s.x, s.y, label=s.label, linewidth=1.2, zorder=3, **style)
             decorate(ax, i)
             title = s.label
@@ -231,15 +237,17 @@ def fig_hit_ratio_cdf(
 
 
 def bin_width_ms(span_ms: float, target: int = TARGET_BINS) -> float:
-    """The smallest round width (:data:`ROUND_WIDTHS_S`) giving at most ``target`` bins."""
-    for width_s in ROUND_WIDTHS_S:
-        if span_ms / (width_s * 1000.0) <= target:
-            return width_s * 1000.0
-    return ROUND_WIDTHS_S[-1] * 1000.0 * math.ceil(span_ms / (ROUND_WIDTHS_S[-1] * 1e3 * target))
+    """The smallest round width (:data:`ROUND_WIDTHS_MS`) giving at most ``target`` bins."""
+    for width in ROUND_WIDTHS_MS:
+        if span_ms / width <= target:
+            return float(width)
+    return ROUND_WIDTHS_MS[-1] * float(math.ceil(span_ms / (ROUND_WIDTHS_MS[-1] * target)))
 
 
 def format_width(width_ms: float) -> str:
-    """``30 s``, ``2 min``, ``6 h``, ``1 d``."""
+    """``5 ms``, ``30 s``, ``2 min``, ``6 h``, ``1 d``."""
+    if width_ms < 1000:
+        return f"{width_ms:g} ms"
     s = width_ms / 1000.0
     for unit, scale in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
         if s >= scale and s % scale == 0:
@@ -248,6 +256,10 @@ def format_width(width_ms: float) -> str:
 
 
 def time_unit(span_ms: float) -> tuple[float, str]:
+    """The x axis' unit (ms per unit, name) for a trace of ``span_ms``: tick labels of a few
+    digits (a trace of milliseconds in seconds would read 0.00025, 0.00050, ...)."""
+    if span_ms < 1_000:
+        return 1.0, "ms"
     if span_ms <= 120_000:
         return 1_000.0, "s"
     if span_ms <= 120 * 60_000:
@@ -275,7 +287,9 @@ def fig_hit_rate_over_time(
 ) -> Figure:
     """Token hit rate of each chosen point in bins of request time of a round width (sum of hit
     tokens / sum of prompt tokens per bin; a bin without prompt tokens is left out, and the
-    line joins its neighbours), one panel per trace."""
+    line joins its neighbours), one panel per trace, every panel on one y scale. Lines carry
+    no markers, except a point's single busy bin (a trace whose requests all fall in one bin):
+    a line of one point would not be drawn at all."""
     if requests is None:
         raise SkipFigure(f"{REQUESTS_FILE} absent (request timestamps are needed)")
     points = check_points(points, per_request)
@@ -285,7 +299,7 @@ def fig_hit_rate_over_time(
     labels, styles = point_labels(points), point_styles(points, palette)
     panel_list = point_panels(points)
     series: list[Series] = []
-    axis: dict[int, tuple[float, float, str, float]] = {}
+    axis: dict[int, tuple[int, float, str, float]] = {}
     for i, panel in enumerate(panel_list):
         times = requests[requests["trace_sha256"] == panel.trace_sha256][["request", "timestamp"]]
         t0, t1 = float(times["timestamp"].min()), float(times["timestamp"].max())
@@ -294,7 +308,7 @@ def fig_hit_rate_over_time(
         width = bin_width_ms(span, target_bins)
         n_bins = max(1, math.ceil(span / width))
         centres = (np.arange(n_bins) + 0.5) * width / scale
-        axis[i] = (span, scale, unit, width)
+        axis[i] = (n_bins, scale, unit, width)
         for pid in panel.rows["point_id"]:
             rows = per_request[per_request["point_id"] == pid].merge(times, on="request")
             b = np.clip(((rows["timestamp"].to_numpy() - t0) / width).astype(np.int64), 0, None)
@@ -306,10 +320,12 @@ def fig_hit_rate_over_time(
             x, y = centres[busy], hits[busy] / prompt[busy] * 100
             series.append(Series(i, label, label, x, y, styles[int(pid)]))
 
+    # one y scale for every panel: the same height is the same hit rate in each
+    highest = max((float(np.max(s.y)) for s in series if len(s.y)), default=0.0)
+
     def decorate(ax: Axes, i: int) -> None:
-        span, scale, unit, width = axis[i]
-        ax.set_xlim(0, max(span, 1.0) / scale)
-        highest = max((float(np.max(s.y)) for s in series if s.panel == i and len(s.y)), default=0)
+        n_bins, scale, unit, width = axis[i]
+        ax.set_xlim(0, n_bins * width / scale)  # every bin, the last one whole
         percent_axis(ax, "Token hit rate (%)", highest)
         ax.set_xlabel(f"Time since trace start ({unit}; {format_width(width)} bins)")
 

@@ -87,8 +87,9 @@ def draw_series(
     """Plot every series on its panel; a series identical to an earlier one is labelled
     ``LABEL (= EARLIER)``. Dense series (more than :data:`DENSE_POINTS` points) get markers on
     about 8 points, the ``j``-th of ``k`` dense series of a panel from ``(2j + 1) / 2k`` of a
-    step on, so that the markers of near-identical dense lines fall apart. Returns each
-    series' label as drawn (by key)."""
+    step on, so that the markers of near-identical dense lines fall apart. Without
+    ``markers``, a series of a single point keeps its marker (it is all there is to see).
+    Returns each series' label as drawn (by key)."""
     same = duplicates(series)
     labels = {s.key: s.label for s in series}
     drawn: dict[str, str] = {}
@@ -98,7 +99,7 @@ def draw_series(
             dense.setdefault(s.panel, []).append(s.key)
     for s in series:
         style = dict(s.style)
-        if not markers:
+        if not markers and len(s.x) != 1:  # a line of one point draws nothing: its marker
             style["marker"] = None
         elif style.get("marker") and "markevery" not in style:
             step = markevery(len(s.x))

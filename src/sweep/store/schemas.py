@@ -16,6 +16,7 @@ from prefixsim.policies import COMMON_COUNTERS
 from ..cluster import RESULT_FIELDS as CLUSTER_FIELDS
 from ..config import POLICY_PARAM_KEYS
 from ..costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS
+from ..semantics import RESULT_FIELDS as SEMANTICS_FIELDS
 from ..tiers import TIER_FIELDS
 
 RESULTS_FILE = "results.parquet"
@@ -34,11 +35,12 @@ def _counter_names() -> list[str]:
         for name in prefixsim.get_policy(policy).counter_names:
             if name not in names:
                 names.append(name)
-    return names
+    return [*names, "temporary_blocks"]
 
 
 COUNTER_COLUMNS: tuple[str, ...] = tuple(_counter_names())
-"""``block_accesses`` then every registered policy's counters (null for a policy without it)."""
+"""``block_accesses`` then every registered policy's counters (null for a policy without it),
+then ``temporary_blocks`` (blocks held for a request and never cached: null under ``spec``)."""
 
 ALWAYS_COUNTED: tuple[str, ...] = ("block_accesses", *COMMON_COUNTERS)
 """Counters every policy reports (never null)."""
@@ -54,6 +56,7 @@ RESULT_SCHEMA = pa.schema(
         pa.field("capacity", pa.int64(), nullable=False),
         pa.field("block_size", pa.int64(), nullable=False),
         *(pa.field(k, _PARAM_TYPES[k]) for k in POLICY_PARAM_KEYS),
+        *SEMANTICS_FIELDS,  # the point's hit rule (docs/semantics.md)
         pa.field("n_requests", pa.int64(), nullable=False),
         pa.field("total_prompt_tokens", pa.int64(), nullable=False),
         pa.field("total_hit_tokens", pa.int64(), nullable=False),

@@ -1,0 +1,158 @@
+"""``semantics=`` at the API: replay, replay_params, replay_cluster and replay_tiers.
+
+The engine modes through the public entry points equal the engine-faithful oracles per request
+(the same generated traces as tests/test_engines.py); ``spec`` is the default and the same
+kernel's numbers bit for bit; the compositions without a defined engine semantics refuse it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import make_trace
+from engine_traces import EngineCase, engine_trace, sglang_point, vllm_point
+from prefixsim import ParameterError, Semantics, make_params, replay, replay_params
+from prefixsim.cluster import replay_cluster
+from prefixsim.oracles import sglang_radix, vllm_v1
+from prefixsim.semantics import reference_replay
+from prefixsim.tiers import replay_tiers
+from strategies import conversations, policy_params
+
+BS = 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(point=vllm_point())
+def test_replay_vllm_is_vllm(point: tuple[EngineCase, int, Semantics]) -> None:
+    case, capacity, sem = point
+    oracle = vllm_v1.replay(
+        case.requests,
+        capacity,
+        case.block_size,
+        unhashed_free=sem.unhashed_free,
+        output_lengths=case.outputs if sem.cache_output_blocks else None,
+    )
+    result = replay(
+        case.trace(), "LRU_TAIL_FIRST", capacity, case.block_size, semantics=sem
+    )  # fmt: skip
+    # Up to the first block vLLM holds twice (the documented limit, tests/test_engines.py).
+    first = oracle.counters["first_duplicate_request"]
+    upto = len(case.requests) if first < 0 else first + 1
+    assert result.hit_tokens.tolist()[:upto] == oracle.hit_tokens[:upto]
+    assert result.semantics == sem
+
+
+@settings(max_examples=100, deadline=None)
+@given(point=sglang_point())
+def test_replay_sglang_is_sglang(point: tuple[EngineCase, int, bool, bool]) -> None:
+    case, capacity, outputs, shortfall = point
+    oracle = sglang_radix.replay(
+        case.requests,
+        capacity,
+        case.block_size,
+        evict_shortfall=shortfall,
+        output_lengths=case.outputs if outputs else None,
+    )
+    sem = Semantics("sglang", cache_output_blocks=outputs)
+    result = replay(
+        case.trace(),
+        "RADIX",
+        capacity,
+        case.block_size,
+        semantics=sem,
+        evict_shortfall=shortfall,
+    )
+    assert result.hit_tokens.tolist() == oracle.hit_tokens
+    assert result.counters["evictions"] == oracle.counters["evictions"]
+
+
+def test_names_and_semantics_objects_alike() -> None:
+    # The hand-worked free-queue case of tests/test_semantics.py through the public API.
+    free_order = [(5, ["a", "p"]), (5, ["c", "s"]), (4, ["b"]), (5, ["a", "r"])]
+    trace = engine_trace(free_order)
+    front = replay(trace, "LRU_TAIL_FIRST", 4, BS, semantics="vllm")
+    back = replay(trace, "LRU_TAIL_FIRST", 4, BS, semantics=Semantics("vllm", unhashed_free="back"))
+    assert front.hit_tokens.tolist() == [0, 0, 0, 4]
+    assert back.hit_tokens.tolist() == [0, 0, 0, 0]
+    # What ran is what the result says: no compiled driver runs the engine modes yet.
+    assert front.engine == "reference"
+    report = back.to_report(per_request=False)
+    assert (report["semantics"], report["unhashed_free"], report["engine"]) == (
+        "vllm",
+        "back",
+        "reference",
+    )
+    assert report["cache_output_blocks"] is False
+
+
+def test_engine_mode_counts_the_accesses_it_makes() -> None:
+    # R1 (8, [a, b]) generates 9 tokens: KV of 16 tokens, 4 full blocks, two of them output
+    # blocks; R2 (5, [a, q]): a and its partial block. 4 + 2 accesses, one temporary block.
+    trace = engine_trace([(8, ["a", "b"]), (5, ["a", "q"])], [9, 0])
+    sem = Semantics("sglang", cache_output_blocks=True)
+    result = replay(trace, "LRU", 8, BS, semantics=sem)
+    assert result.counters["block_accesses"] == 6
+    assert result.counters["temporary_blocks"] == 1
+    assert result.hit_tokens.tolist() == [0, 4]
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests=conversations(), params=policy_params(), bs=st.sampled_from([1, 2, 16, 512]))
+def test_spec_is_todays_kernel_bit_for_bit(requests: Any, params: Any, bs: int) -> None:
+    trace = make_trace(requests)
+    today = replay_params(trace, params, bs)
+    for given_ in ("spec", Semantics(), None):
+        got = replay_params(trace, params, bs, semantics=given_)
+        np.testing.assert_array_equal(got.hit_tokens, today.hit_tokens)
+        assert got.hit_tokens.dtype == today.hit_tokens.dtype
+        assert got.final_cache_blocks == today.final_cache_blocks
+        assert got.counters == today.counters
+        assert got.engine == "kernel"
+        assert got.semantics == Semantics()
+
+
+@pytest.mark.parametrize("bad", ["vLLM", "engine", ""])
+def test_unknown_semantics_named(bad: str) -> None:
+    trace = engine_trace([(8, ["a", "b"])])
+    with pytest.raises(ParameterError, match=f"invalid semantics={bad!r}: expected one of spec"):
+        replay(trace, "LRU", 8, BS, semantics=bad)
+
+
+def test_cluster_instances_are_engine_caches() -> None:
+    """round_robin routes as under spec; each instance is one vLLM cache: instance i's
+    requests replayed alone give its hit tokens."""
+    case = [(9, ["a", "b", "c"]), (5, ["x", "p"]), (9, ["a", "b", "d"]), (8, ["x", "y"])]
+    case += [(9, ["a", "b", "e"]), (8, ["x", "y"])]
+    trace = engine_trace(case)
+    got = replay_cluster(trace, 2, "round_robin", "LRU_TAIL_FIRST", 4, BS, semantics="vllm")
+    assert got.instance.tolist() == [0, 1, 0, 1, 0, 1]
+    params = make_params("LRU_TAIL_FIRST", 4)
+    for i in range(2):
+        alone = engine_trace(case[i::2])
+        want, _, _ = reference_replay(alone, params, BS, "vllm")
+        assert got.hit_tokens[i::2].tolist() == want.tolist()
+    # by hand: instance 0 hits a, b (8 tokens, the partial blocks never); instance 1 finds x,
+    # then the fully cached (8, [x, y]) computes its last block: 1 block.
+    assert got.hit_tokens.tolist() == [0, 0, 8, 4, 8, 4]
+    assert got.engine == "reference" and got.semantics == Semantics("vllm")
+
+
+@pytest.mark.parametrize("router", ["least_loaded", "kv_aware"])
+def test_cluster_refuses_routers_reading_the_caches(router: str) -> None:
+    trace = engine_trace([(8, ["a", "b"])])
+    kw = {"model": "llama-3.1-8b", "hardware": "h100"}
+    with pytest.raises(ParameterError, match=f"semantics='vllm'.*router={router}.*not defined"):
+        replay_cluster(trace, 2, router, "LRU", 8, BS, semantics="vllm", **kw)  # type: ignore[arg-type]
+
+
+def test_tiers_refuse_engine_semantics() -> None:
+    trace = engine_trace([(8, ["a", "b"])])
+    tiers = [{"policy": "LRU", "capacity": 4}, {"policy": "LRU", "capacity": 8}]
+    assert replay_tiers(trace, tiers, block_size=BS, semantics="spec").total_hit_tokens == 0
+    with pytest.raises(ParameterError, match="semantics='sglang': a hierarchy of tiers"):
+        replay_tiers(trace, tiers, block_size=BS, semantics="sglang")
