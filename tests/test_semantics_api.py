@@ -79,15 +79,17 @@ def test_names_and_semantics_objects_alike() -> None:
     back = replay(trace, "LRU_TAIL_FIRST", 4, BS, semantics=Semantics("vllm", unhashed_free="back"))
     assert front.hit_tokens.tolist() == [0, 0, 0, 4]
     assert back.hit_tokens.tolist() == [0, 0, 0, 0]
-    # What ran is what the result says: no compiled driver runs the engine modes yet.
-    assert front.engine == "reference"
+    # What ran is what the result says: the compiled driver, or the reference when asked.
+    assert front.engine == "kernel"
     report = back.to_report(per_request=False)
     assert (report["semantics"], report["unhashed_free"], report["engine"]) == (
         "vllm",
         "back",
-        "reference",
+        "kernel",
     )
     assert report["cache_output_blocks"] is False
+    asked = replay(trace, "LRU_TAIL_FIRST", 4, BS, semantics="vllm", engine="reference")
+    assert asked.engine == "reference" and asked.hit_tokens.tolist() == [0, 0, 0, 4]
 
 
 def test_engine_mode_counts_the_accesses_it_makes() -> None:
@@ -139,7 +141,7 @@ def test_cluster_instances_are_engine_caches() -> None:
     # by hand: instance 0 hits a, b (8 tokens, the partial blocks never); instance 1 finds x,
     # then the fully cached (8, [x, y]) computes its last block: 1 block.
     assert got.hit_tokens.tolist() == [0, 0, 8, 4, 8, 4]
-    assert got.engine == "reference" and got.semantics == Semantics("vllm")
+    assert got.engine == "kernel" and got.semantics == Semantics("vllm")
 
 
 @pytest.mark.parametrize("router", ["least_loaded", "kv_aware"])
