@@ -494,13 +494,15 @@ def replay_arrays(
     ``(hit_tokens per request, final_cache_blocks, counters, engine that ran)``.
 
     ``engine="kernel"`` runs the compiled single-cache driver (:func:`compiled_replay`) for a
-    policy with steps; a policy without (a request-level one, ``RADIX``; ``S3FIFO_LCS``, a fast
-    kernel of the specification's replay only) and ``engine="reference"`` run
-    :func:`reference_replay`. The result says which ran."""
+    policy with steps; ``engine="reference"``, a policy without steps (``S3FIFO_LCS``: a fast
+    kernel of the specification's replay only) and a :class:`RequestLevelPolicy` (``RADIX``:
+    it places the temporary blocks by its own allocation rule, which the driver's per-block
+    accesses are not) run :func:`reference_replay`. The result says which ran."""
     if semantics.name == "spec":  # the callers run the specification's own engines
         raise ValueError("replay_arrays is the engine modes' dispatch; spec has its own")
     spec = get_policy(params.policy)
-    if engine == "kernel" and spec.steps is not None:
+    request_level = hasattr(spec.reference, "serve_request")  # RequestLevelPolicy, by class
+    if engine == "kernel" and spec.steps is not None and not request_level:
         hit_tokens, final, counters = compiled_replay(trace, params, block_size, semantics, spec)
         return hit_tokens, final, counters, "kernel"
     hit_tokens, final, counters = reference_replay(trace, params, block_size, semantics)
