@@ -6,8 +6,8 @@ public entry point (``replay_params``, what the API, CLI and sweep call) under `
 replay: the policy's fast kernel if it has one, else the single-cache driver), under ``vllm``
 (front, and ``--options`` adds back and ``cache_output_blocks``) and under ``sglang``, all
 compiled: the points alternate ``--repeat`` times in one run (each compiled once first, apart),
-median of the thread's CPU time (``time.thread_time``: a shared machine's
-other processes count less than in wall time), block accesses of the trace per second, and the ratio to ``spec``. The
+median of the thread's CPU time (``time.thread_time``: a shared machine's other processes count
+less than in wall time), block accesses of the trace per second, and the ratio to ``spec``. The
 column ``spec driver`` is the spec through the driver over the policy's steps (``fast=False``),
 which the modes run: it separates the driver's cost from the mode's own (the layout, the
 removals). Then, per point, the peak of the memory the replay allocates (``tracemalloc``, one
@@ -76,7 +76,8 @@ def main() -> None:
     cols = points(args.options)
     print(
         f"trace {trace.name}: {trace.n_requests:,} requests, {trace.n_accesses:,} block "
-        f"accesses; median thread CPU time of {args.repeat} alternating runs (shared machine: noisy)\n"
+        f"accesses; median thread CPU time of {args.repeat} alternating runs "
+        "(shared machine: noisy)\n"
     )
     header = "| policy | capacity | " + " | ".join(cols) + " |"
     print(header)
