@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from conftest import make_trace
 from prefixsim import Trace
+from prefixsim.policies import PolicyParams
 from prefixsim.semantics import Semantics
+from strategies import conversations, policy_params
 
 ENGINE_BLOCK_SIZES = (1, 2, 3, 16)
 
@@ -43,6 +45,10 @@ class EngineCase:
             ),
             default=0,
         )
+
+    def max_prompt_blocks(self) -> int:
+        """Blocks a request's prompt holds at once (``ceil(input_length / block_size)``)."""
+        return max((-(-n // self.block_size) for n, _ in self.requests), default=0)
 
     def trace(self) -> Trace:
         return engine_trace(self.requests, self.outputs)
@@ -122,3 +128,36 @@ def sglang_point(draw: st.DrawFn) -> tuple[EngineCase, int, bool, bool]:
     need = case.max_kv_blocks() if outputs else case.max_blocks
     capacity = draw(st.integers(max(need, 1), need + 10))
     return case, capacity, outputs, draw(st.booleans())
+
+
+ENGINE_MODES = tuple(
+    Semantics(name, unhashed_free=free, cache_output_blocks=out)
+    for name, free in (("vllm", "front"), ("vllm", "back"), ("sglang", "front"))
+    for out in (False, True)
+)
+"""Every engine mode and option: vLLM front and back, SGLang, outputs cached or not."""
+
+
+@st.composite
+def mode_point(
+    draw: st.DrawFn, policies: Sequence[str]
+) -> tuple[Trace, int, PolicyParams, Semantics]:
+    """``(trace, block_size, params, semantics)``: an engine-shaped trace
+    (:func:`engine_requests`) or one of tests/strategies.py's conversations (duplicate hashes,
+    ``hash_ids`` longer or shorter than the prompt), with output lengths; a policy of
+    ``policies`` whose capacity holds the largest request (and vLLM's null block); an engine
+    mode of :data:`ENGINE_MODES`."""
+    sem = draw(st.sampled_from(ENGINE_MODES))
+    if draw(st.booleans()):
+        case = draw(engine_requests(max_requests=25))
+        bs, requests, outputs = case.block_size, case.requests, case.outputs
+    else:
+        bs = draw(st.sampled_from([1, 2, 3, 16]))
+        requests = draw(conversations(max_requests=25, block_sizes=(bs,)))
+        n = len(requests)
+        outputs = draw(st.lists(st.integers(0, 3 * bs + 1), min_size=n, max_size=n))
+    case = EngineCase(bs, [(length, list(ids)) for length, ids in requests], outputs)
+    need = max(case.max_kv_blocks() if sem.cache_output_blocks else 0, case.max_prompt_blocks())
+    capacity = max(need, 1) + (sem.name == "vllm") + draw(st.integers(0, 12))
+    params = draw(policy_params(draw(st.sampled_from(policies)), capacity))
+    return case.trace(), bs, params, sem

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import assume
@@ -14,12 +15,14 @@ BLOCK_SIZES = (1, 2, 16, 512)
 
 
 @st.composite
-def conversations(draw: st.DrawFn, max_requests: int = 40) -> list[tuple[int, list[int]]]:
+def conversations(
+    draw: st.DrawFn, max_requests: int = 40, block_sizes: Sequence[int] = BLOCK_SIZES
+) -> list[tuple[int, list[int]]]:
     """Requests as ``(input_length, hash_ids)``: sessions that extend, branch, repeat and
     restart earlier prompts, with duplicate hashes inside a request, ids shared across
     unrelated requests, huge and negative ids, and input lengths that agree or disagree with
-    the number of blocks."""
-    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    the number of blocks (of a size from ``block_sizes``)."""
+    block_size = draw(st.sampled_from(block_sizes))
     fresh = iter(range(10**6, 10**7))
     pool = st.one_of(
         st.integers(0, 30),  # collisions across unrelated requests
@@ -55,9 +58,12 @@ def conversations(draw: st.DrawFn, max_requests: int = 40) -> list[tuple[int, li
 
 
 @st.composite
-def policy_params(draw: st.DrawFn, policy: str | None = None) -> PolicyParams:
+def policy_params(
+    draw: st.DrawFn, policy: str | None = None, capacity: int | None = None
+) -> PolicyParams:
     policy = policy or draw(st.sampled_from(["S3FIFO", "LRU"]))
-    capacity = draw(st.one_of(st.integers(1, 6), st.integers(7, 64)))
+    if capacity is None:
+        capacity = draw(st.one_of(st.integers(1, 6), st.integers(7, 64)))
     kwargs: dict[str, Any] = {}
     if policy == "S3FIFO":
         max_freq = draw(st.integers(0, 4))

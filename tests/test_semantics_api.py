@@ -15,11 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_trace
-from engine_traces import EngineCase, engine_trace, sglang_point, vllm_point
+from engine_traces import EngineCase, engine_trace, mode_point, sglang_point, vllm_point
 from prefixsim import ParameterError, Semantics, make_params, replay, replay_params
 from prefixsim.cluster import replay_cluster
 from prefixsim.oracles import sglang_radix, vllm_v1
-from prefixsim.semantics import reference_replay
+from prefixsim.policies import get_policy, policy_names
+from prefixsim.semantics import _one_slot_small_queue, reference_replay, replay_arrays
 from prefixsim.tiers import replay_tiers
 from strategies import conversations, policy_params
 
@@ -45,6 +46,7 @@ def test_replay_vllm_is_vllm(point: tuple[EngineCase, int, Semantics]) -> None:
     upto = len(case.requests) if first < 0 else first + 1
     assert result.hit_tokens.tolist()[:upto] == oracle.hit_tokens[:upto]
     assert result.semantics == sem
+    assert result.engine == "kernel"  # the compiled driver
 
 
 @settings(max_examples=100, deadline=None)
@@ -69,6 +71,48 @@ def test_replay_sglang_is_sglang(point: tuple[EngineCase, int, bool, bool]) -> N
     )
     assert result.hit_tokens.tolist() == oracle.hit_tokens
     assert result.counters["evictions"] == oracle.counters["evictions"]
+    assert result.engine == "reference"  # a request-level policy: no steps (yet)
+
+
+STEPS = {p: steps for p in policy_names() if (steps := get_policy(p).steps) is not None}
+REMOVABLE = [p for p, steps in STEPS.items() if steps.removable]
+"""The policies with steps and a removal: every engine mode runs them compiled."""
+UNREMOVABLE = [p for p, steps in STEPS.items() if not steps.removable]
+"""Steps without a removal: compiled where no temporary block must leave the cache."""
+
+
+def check_compiled_mode(point: Any) -> None:
+    """Per request, the compiled driver equals the semantics' plain reference (hit tokens,
+    final blocks, counters); a refusal of the reference is the compiled path's too."""
+    trace, bs, params, sem = point
+    try:
+        want = reference_replay(trace, params, bs, sem)
+    except ParameterError as refusal:
+        with pytest.raises(ParameterError) as compiled:
+            replay_arrays(trace, params, bs, sem, "kernel")
+        assert str(compiled.value) == str(refusal)
+        return
+    hits, final, counters, ran = replay_arrays(trace, params, bs, sem, "kernel")
+    # S3FIFO_LCS's one-slot small queue admits nothing, which its steps refuse: the reference
+    assert ran == ("reference" if _one_slot_small_queue(params, sem) else "kernel")
+    assert hits.tolist() == want[0].tolist()
+    assert final == want[1]
+    assert counters == want[2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(point=mode_point(REMOVABLE))
+def test_compiled_modes_are_the_reference(point: Any) -> None:
+    """Every policy with a removal under vLLM (front, back), SGLang, outputs cached or not."""
+    check_compiled_mode(point)
+
+
+@settings(max_examples=60, deadline=None)
+@given(point=mode_point(UNREMOVABLE))
+def test_compiled_modes_without_a_removal(point: Any) -> None:
+    """ARC, CLOCK, BELADY: compiled under vLLM "back" (and wherever no request has a
+    temporary block), refused as the reference refuses otherwise."""
+    check_compiled_mode(point)
 
 
 def test_names_and_semantics_objects_alike() -> None:
@@ -79,15 +123,17 @@ def test_names_and_semantics_objects_alike() -> None:
     back = replay(trace, "LRU_TAIL_FIRST", 4, BS, semantics=Semantics("vllm", unhashed_free="back"))
     assert front.hit_tokens.tolist() == [0, 0, 0, 4]
     assert back.hit_tokens.tolist() == [0, 0, 0, 0]
-    # What ran is what the result says: no compiled driver runs the engine modes yet.
-    assert front.engine == "reference"
+    # What ran is what the result says: the compiled driver, or the reference when asked.
+    assert front.engine == "kernel"
     report = back.to_report(per_request=False)
     assert (report["semantics"], report["unhashed_free"], report["engine"]) == (
         "vllm",
         "back",
-        "reference",
+        "kernel",
     )
     assert report["cache_output_blocks"] is False
+    asked = replay(trace, "LRU_TAIL_FIRST", 4, BS, semantics="vllm", engine="reference")
+    assert asked.engine == "reference" and asked.hit_tokens.tolist() == [0, 0, 0, 4]
 
 
 def test_engine_mode_counts_the_accesses_it_makes() -> None:
@@ -139,7 +185,7 @@ def test_cluster_instances_are_engine_caches() -> None:
     # by hand: instance 0 hits a, b (8 tokens, the partial blocks never); instance 1 finds x,
     # then the fully cached (8, [x, y]) computes its last block: 1 block.
     assert got.hit_tokens.tolist() == [0, 0, 8, 4, 8, 4]
-    assert got.engine == "reference" and got.semantics == Semantics("vllm")
+    assert got.engine == "kernel" and got.semantics == Semantics("vllm")
 
 
 @pytest.mark.parametrize("router", ["least_loaded", "kv_aware"])

@@ -63,9 +63,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+from numba import njit
 
+from .engine import single
+from .engine.rules import EngineRule
+from .engine.steps import ix
 from .errors import ParameterError
-from .policies import PolicyParams, ReferencePolicy, get_policy
+from .policies import PolicyParams, PolicySpec, ReferencePolicy, get_policy
+from .policies.base import check_state_fits
 from .trace import Trace
 
 SPEC, VLLM, SGLANG = 0, 1, 2
@@ -202,6 +207,9 @@ def request_blocks(
     n_temp = n_total - n_prompt - n_output
     max_hit = min(n_prompt, max(input_length - 1, 0) // block_size)
     return n_prompt, n_output, n_temp, max_hit
+
+
+_request_blocks = njit(request_blocks)  # the same rule, for the compiled layout below
 
 
 def hit_tokens(code: int, k: int, max_hit: int, input_length: int, block_size: int) -> int:
@@ -367,6 +375,117 @@ def reference_replay(
     return out, cache.resident_count(), counters
 
 
+@dataclass(frozen=True)
+class Layout:
+    """A trace's accesses under an engine's semantics, as dense ids for a compiled driver
+    (:func:`engine_layout`)."""
+
+    ids: np.ndarray
+    """Request ``r`` accesses ``ids[offsets[r]:offsets[r + 1]]``: its cached blocks (prompt,
+    then output), then its temporary ones."""
+    offsets: np.ndarray
+    n_ids: int
+    """Ids are ``0 .. n_ids - 1``: the trace's blocks, then the output blocks, then the
+    temporary blocks (from :attr:`temp_base`), each output and temporary block an id of its
+    own (:class:`_Fresh`'s hashes)."""
+    temp_base: int
+    n_output: int
+    n_temp: int
+
+
+@njit(cache=True, nogil=True)
+def _layout_sizes(code, offsets, input_lengths, output_lengths, block_size, cache_output):
+    accesses = 0
+    outputs = 0
+    temps = 0
+    for r in range(input_lengths.shape[0]):
+        n_hash = offsets[ix(r + 1)] - offsets[ix(r)]
+        n_prompt, n_output, n_temp, _ = _request_blocks(
+            code, input_lengths[ix(r)], output_lengths[ix(r)], n_hash, block_size, cache_output
+        )
+        accesses += n_prompt + n_output + n_temp
+        outputs += n_output
+        temps += n_temp
+    return accesses, outputs, temps
+
+
+@njit(cache=True, nogil=True)
+def _layout_fill(
+    code, block_ids, offsets, input_lengths, output_lengths, block_size, cache_output,
+    next_output, next_temp, ids, out_offsets,
+):  # fmt: skip
+    j = 0
+    for r in range(input_lengths.shape[0]):
+        start = offsets[ix(r)]
+        n_prompt, n_output, n_temp, _ = _request_blocks(
+            code,
+            input_lengths[ix(r)],
+            output_lengths[ix(r)],
+            offsets[ix(r + 1)] - start,
+            block_size,
+            cache_output,
+        )
+        for i in range(n_prompt):
+            ids[ix(j)] = block_ids[ix(start + i)]
+            j += 1
+        for _ in range(n_output):
+            ids[ix(j)] = next_output
+            next_output += 1
+            j += 1
+        for _ in range(n_temp):
+            ids[ix(j)] = next_temp
+            next_temp += 1
+            j += 1
+        out_offsets[ix(r + 1)] = j
+
+
+def engine_layout(trace: Trace, semantics: Semantics, block_size: int) -> Layout:
+    """The accesses :func:`reference_replay` makes under an engine's ``semantics``, request by
+    request (:func:`request_blocks`: the first ``n_prompt`` hashes, ``n_output`` output blocks,
+    ``n_temp`` temporary blocks), with dense ids: compiled, in two passes over the trace."""
+    code = semantics.code
+    out = semantics.cache_output_blocks
+    sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size, out)
+    n_accesses, n_output, n_temp = _layout_sizes(code, *sizes)
+    temp_base = trace.n_blocks + n_output
+    n_ids = temp_base + n_temp
+    ids = np.empty(n_accesses, np.int32 if n_ids < 2**31 else np.int64)
+    offsets = np.zeros(trace.n_requests + 1, np.int64)
+    _layout_fill(code, trace.block_ids, *sizes, trace.n_blocks, temp_base, ids, offsets)
+    return Layout(ids, offsets, int(n_ids), int(temp_base), int(n_output), int(n_temp))
+
+
+def compiled_replay(
+    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, spec: PolicySpec
+) -> tuple[np.ndarray, int, dict[str, int]]:
+    """:func:`reference_replay`'s results from the single-cache driver over ``spec``'s steps
+    and :class:`~prefixsim.engine.rules.EngineRule`: the same capacity (the null block), the
+    same accesses (:func:`engine_layout`), the temporary blocks removed by the driver."""
+    assert spec.steps is not None
+    check_fits(semantics, trace, params.capacity, block_size)
+    params = _with_capacity(params, semantics.usable_capacity(params.capacity))
+    layout = engine_layout(trace, semantics, block_size)
+    if layout.n_temp and semantics.free_front and not spec.steps.removable:
+        # the reference refuses at the first request that holds one (its last temporary
+        # block is resident when the request ends): refuse before any replay
+        raise _no_removal(params.policy)
+    check_state_fits(params, layout.n_ids, len(layout.ids))
+    rule = EngineRule(block_size, layout.temp_base, semantics.free_front)
+    hits, final, counters = single.run(
+        spec,
+        params,
+        layout.ids,
+        layout.offsets,
+        trace.input_lengths,
+        layout.n_ids,
+        block_size,
+        rule=rule,
+    )
+    counters["block_accesses"] = len(layout.ids)
+    counters["temporary_blocks"] = layout.n_temp
+    return hits, final, counters
+
+
 def replay_arrays(
     trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, engine: str
 ) -> tuple[np.ndarray, int, dict[str, int], Literal["kernel", "reference"]]:
@@ -374,14 +493,34 @@ def replay_arrays(
     every entry point (:func:`prefixsim.replay_params`, the cluster's instances):
     ``(hit_tokens per request, final_cache_blocks, counters, engine that ran)``.
 
-    No compiled driver runs the engine modes yet: both engines run :func:`reference_replay`
-    (plain Python, a few hundred times slower than a kernel), and the result says
-    ``"reference"``. The compiled drivers replace this body, and only it."""
+    ``engine="kernel"`` runs the compiled single-cache driver (:func:`compiled_replay`) for a
+    policy with steps; ``engine="reference"``, a policy without steps, ``S3FIFO_LCS`` with a
+    small queue of one slot (which its steps refuse) and a :class:`RequestLevelPolicy` (``RADIX``:
+    it places the temporary blocks by its own allocation rule, which the driver's per-block
+    accesses are not) run :func:`reference_replay`. The result says which ran."""
     if semantics.name == "spec":  # the callers run the specification's own engines
         raise ValueError("replay_arrays is the engine modes' dispatch; spec has its own")
-    del engine  # both engines are the reference for now
+    spec = get_policy(params.policy)
+    request_level = hasattr(spec.reference, "serve_request")  # RequestLevelPolicy, by class
+    if engine == "kernel" and spec.steps is not None and not request_level:
+        if _one_slot_small_queue(params, semantics):
+            hit_tokens, final, counters = reference_replay(trace, params, block_size, semantics)
+            return hit_tokens, final, counters, "reference"
+        hit_tokens, final, counters = compiled_replay(trace, params, block_size, semantics, spec)
+        return hit_tokens, final, counters, "kernel"
     hit_tokens, final, counters = reference_replay(trace, params, block_size, semantics)
     return hit_tokens, final, counters, "reference"
+
+
+def _one_slot_small_queue(params: PolicyParams, semantics: Semantics) -> bool:
+    """Whether ``params`` at the usable capacity is S3FIFO_LCS with a small queue of one slot:
+    it admits nothing, which its steps cannot express and refuse (``policies/s3fifo_lcs.py``);
+    the reference replays it, as the fast kernel does under ``spec``. (A capacity the policy
+    refuses outright is refused here, by both engines alike.)"""
+    if params.policy != "S3FIFO_LCS":
+        return False
+    usable = _with_capacity(params, semantics.usable_capacity(params.capacity))
+    return getattr(usable, "small_cap", 0) == 1
 
 
 def require_spec(semantics: Semantics | str | None, composition: str) -> Semantics:
@@ -407,12 +546,16 @@ def _release(cache: ReferencePolicy, held: Sequence[Hashable], policy: str) -> N
         try:
             cache.remove(h)
         except NotImplementedError:
-            raise ParameterError(
-                "policy",
-                policy,
-                "has no removal step, which the engine semantics need to free a request's "
-                "partial block (vLLM with unhashed_free=back does not)",
-            ) from None
+            raise _no_removal(policy) from None
+
+
+def _no_removal(policy: str) -> ParameterError:
+    return ParameterError(
+        "policy",
+        policy,
+        "has no removal step, which the engine semantics need to free a request's "
+        "partial block (vLLM with unhashed_free=back does not)",
+    )
 
 
 def _with_capacity(params: PolicyParams, capacity: int) -> PolicyParams:

@@ -87,7 +87,8 @@ def _template(stamp: str) -> Any:
                     n_pairs += 1
                     pair[ix(slot)] = q + 1
                 ids[ix(j - start)] = q
-            tokens, hits, evictions = replay_request(s, i, ids, 0, end_ - start, n, rule)
+            # (the spec's rule holds no temporary block: nothing is removed)
+            tokens, hits, evictions, _ = replay_request(s, i, ids, 0, end_ - start, n, rule)
             out[ix(r)] = tokens
             s.cnt[ix(i), 0] += hits
             s.cnt[ix(i), 1] += evictions

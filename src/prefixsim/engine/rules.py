@@ -1,8 +1,8 @@
 """The replay's rules, written once for every policy and composition.
 
 The *hit rule* turns a request's longest resident prefix into hit tokens. It is a value the
-drivers take (``rule``) and a :class:`Rule`, the three functions a driver is compiled with for
-the rule's class (:data:`RULES`); ``docs/semantics.md``'s is :class:`SpecRule`:
+drivers take (``rule``) and a :class:`Rule`, the functions a driver is compiled with for the
+rule's class (:data:`RULES`); ``docs/semantics.md``'s is :class:`SpecRule`:
 
 * ``scan_limit(rule, n, length)``: how many of a request's ``n`` leading blocks may count as
   hits (the specification: all of them);
@@ -11,11 +11,20 @@ the rule's class (:data:`RULES`); ``docs/semantics.md``'s is :class:`SpecRule`:
 * ``block_tokens(rule, j, length)``: the tokens of leading block ``j`` alone (a hierarchy
   credits each to the tier that held it); over ``j < k`` they sum to ``hit_tokens``.
 
+* ``release_from(rule, ids, start, end)``: where the request's *temporary* blocks begin in
+  ``ids[start:end]`` (blocks it held while it ran and that leave the cache when it ends;
+  ``end``: none).
+
 Another semantics (an engine's own hit rule) is another rule class in :data:`RULES`; every
-driver then runs it for every policy, unchanged. A rule that also holds blocks of its own during
-a request (vLLM's partial last block, admitted through the policy and removed when the request
-ends) adds them in :func:`replay_request` and in the hierarchy driver's request loop
-(:mod:`prefixsim.engine.tiers`): the two places a request's accesses are made.
+driver then runs it for every policy, unchanged. The engines' (``docs/semantics.md``, "The
+engines' semantics") is :class:`EngineRule`: the request's ids are laid out by
+:func:`prefixsim.semantics.engine_layout` (its cached blocks, then its temporary ones, e.g.
+vLLM's partial last block, with ids of their own), the scan is capped at ``(L - 1) //
+block_size`` blocks, hit tokens are whole blocks, and :func:`replay_request` removes the
+temporary blocks when the request ends (unless vLLM frees them to the back of its queue). The
+hierarchy driver (:mod:`prefixsim.engine.tiers`) and the load-aware cluster driver run
+:class:`SpecRule` only (the engines' rules for them are not defined; their entry points refuse
+the engine modes).
 
 :func:`replay_request` is the single cache's request, shared by the single-cache and cluster
 drivers. It is a template too: each composition compiles its own copy, its step names bound
@@ -29,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .build import compiled, inline_all, inlined, rebind
-from .steps import NO_PRED, Steps, admit, begin, end, hit, is_resident, ix
+from .steps import NO_PRED, Steps, admit, begin, end, hit, is_resident, ix, remove
 
 
 class SpecRule(NamedTuple):
@@ -39,6 +48,25 @@ class SpecRule(NamedTuple):
     block_size: int
 
 
+class EngineRule(NamedTuple):
+    """The engines' rule (vLLM v1, SGLang) over a request laid out by
+    :func:`prefixsim.semantics.engine_layout`: at most ``(L - 1) // block_size`` leading blocks
+    count (at least one prompt token is computed) and each counts ``block_size`` tokens (only
+    full blocks are cached); ids ``>= temp_base`` are temporary blocks, which come last in a
+    request and leave the cache when it ends if ``free_front``.
+
+    The scan needs no other limit: the layout gives a request its cached blocks first (its full
+    prompt blocks, then its output blocks), and its output and temporary blocks have ids no
+    other request has, so none is resident at its arrival and the scan stops before them."""
+
+    block_size: int
+    temp_base: int
+    """The first temporary id (the ids past the trace's blocks and the output blocks)."""
+    free_front: bool
+    """The temporary blocks leave the cache when their request ends (vLLM's front of the free
+    queue, SGLang); False: they stay, as blocks no request will hit (vLLM before PR #42656)."""
+
+
 @dataclass(frozen=True)
 class Rule:
     """A hit rule's functions (see the module docstring)."""
@@ -46,12 +74,14 @@ class Rule:
     scan_limit: Callable[..., Any]
     hit_tokens: Callable[..., Any]
     block_tokens: Callable[..., Any]
+    release_from: Callable[..., Any]
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         return {
             "scan_limit": self.scan_limit,
             "hit_tokens": self.hit_tokens,
             "block_tokens": self.block_tokens,
+            "release_from": self.release_from,
         }
 
 
@@ -71,8 +101,38 @@ def _spec_block_tokens(rule, j, length):
     return hi - lo if hi > lo else 0
 
 
+def _spec_release_from(rule, ids, start, end_):
+    return end_  # the specification holds no block but the request's cached ones
+
+
+def _engine_scan_limit(rule, n, length):
+    # vLLM's max_cache_hit_length = L - 1, SGLang's fill_ids[:L - 1], in whole blocks
+    cap = (length - 1) // rule.block_size if length > 0 else 0
+    return min(n, cap)
+
+
+def _engine_hit_tokens(rule, k, length):
+    return k * rule.block_size
+
+
+def _engine_block_tokens(rule, j, length):
+    return rule.block_size  # the scan's limit keeps every counted block whole
+
+
+def _engine_release_from(rule, ids, start, end_):
+    if not rule.free_front:
+        return end_
+    j = end_
+    while j > start and ids[ix(j - 1)] >= rule.temp_base:
+        j -= 1
+    return j
+
+
 RULES: dict[type, Rule] = {
-    SpecRule: Rule(_spec_scan_limit, _spec_hit_tokens, _spec_block_tokens),
+    SpecRule: Rule(_spec_scan_limit, _spec_hit_tokens, _spec_block_tokens, _spec_release_from),
+    EngineRule: Rule(
+        _engine_scan_limit, _engine_hit_tokens, _engine_block_tokens, _engine_release_from
+    ),
 }
 """The hit rules the drivers run, by the class of their value."""
 
@@ -92,15 +152,23 @@ def block_tokens(rule: Any, j: int, length: int) -> int:
     raise NotImplementedError("a rule runs only inside a compiled driver")
 
 
+def release_from(rule: Any, ids: Any, start: int, end_: int) -> int:
+    raise NotImplementedError("a rule runs only inside a compiled driver")
+
+
 def replay_request(s, q, ids, start, end_, length, rule):
-    """One request on cache ``q``: ``(hit_tokens, block_hits, evictions)``.
+    """One request on cache ``q``: ``(hit_tokens, block_hits, evictions, removed)``.
 
     Order of the steps: ``begin``; then, for ``h`` in ``ids[start:end_]`` in order, ``hit`` if
     resident, else ``admit`` (its victim, if any, counted as an eviction), ``pred`` the previous
-    id; then ``end``. The prefix scan at arrival is fused with the accesses of its blocks: a hit
-    changes no id's residency (true of every step here), so while every block so far was a hit,
-    "resident now" is "resident at arrival", and the first miss (or the rule's limit) ends the
-    prefix."""
+    id; then ``end``; then ``remove`` for each of the request's temporary blocks
+    (``ids[release_from(...):end_]``, in order) still resident (``removed`` counts them; the
+    request's own later admissions may have evicted some). The prefix scan at arrival is fused
+    with the accesses of its blocks: a hit changes no id's residency (true of every step here),
+    so while every block so far was a hit, "resident now" is "resident at arrival", and the
+    first miss (or the rule's limit) ends the prefix. A temporary block is admitted like any
+    block (evicting the policy's victim from a full cache) and is never a hit (its id is its
+    request's own)."""
     begin(s, q, ids, start, end_)
     stop = start + scan_limit(rule, end_ - start, length)
     i = start
@@ -124,7 +192,13 @@ def replay_request(s, q, ids, start, end_, length, rule):
             evictions += 1
         pred = h
     end(s, q)
-    return tokens, hits, evictions
+    removed = 0
+    for j in range(release_from(rule, ids, start, end_), end_):
+        h = ids[ix(j)]
+        if is_resident(s, q, h):
+            remove(s, q, h)
+            removed += 1
+    return tokens, hits, evictions, removed
 
 
 def bound_names(steps: Steps, rule: type) -> dict[str, Any]:

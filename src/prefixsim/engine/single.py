@@ -4,7 +4,9 @@ Invariants (``docs/semantics.md``): requests are replayed in trace order, each b
 :func:`prefixsim.engine.rules.replay_request` on cache 0 (the prefix scan at arrival, hit
 tokens by the rule, then every block accessed in order: ``begin``, ``hit`` or ``admit`` per
 block, ``end``). Every admission makes its block resident and evicts at most one, so the final
-number of resident blocks is ``misses - evictions``; the driver counts ``block_hits`` and
+number of resident blocks is ``misses - evictions - removed`` (``removed``: the temporary blocks
+an engine's rule takes out when their request ends, :class:`~prefixsim.engine.rules.EngineRule`;
+none under the specification's); the driver counts ``block_hits`` and
 ``evictions`` into the state's ``cnt[0, 0:2]``, the steps count the policy's own counters.
 
 A policy may also bring a hand-fused kernel of its single-cache replay (its ``fast_kernel``,
@@ -27,15 +29,18 @@ def _template(stamp: str) -> Any:
         stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
         hits = 0
         evictions = 0
+        removed = 0
         for r in range(input_lengths.shape[0]):
-            tokens, h, e = replay_request(
+            tokens, h, e, m = replay_request(
                 s, 0, block_ids, offsets[ix(r)], offsets[ix(r + 1)], input_lengths[ix(r)], rule
             )
             hit_tokens[ix(r)] = tokens
             hits += h
             evictions += e
+            removed += m
         s.cnt[0, 0] += hits
         s.cnt[0, 1] += evictions
+        return removed
 
     return single_driver
 
@@ -55,11 +60,18 @@ def run(
     block_size: int,
     *,
     fast: bool = True,
+    rule: Any = None,
 ) -> tuple[np.ndarray, int, dict[str, int]]:
     """``spec``'s single-cache replay (a :class:`~prefixsim.policies.PolicySpec`): hit tokens per
     request, final resident blocks, counters. Its fast kernel if it has one (and ``fast``),
-    else the driver over its steps."""
+    else the driver over its steps. ``rule``: the hit rule's value (default
+    ``SpecRule(block_size)``); another rule runs the driver (a fast kernel is the spec's
+    replay), over ids ``0 .. n_blocks - 1`` laid out for it (``block_ids`` and ``offsets``)."""
     names = spec.counter_names
+    if rule is None:
+        rule = SpecRule(block_size)
+    elif not isinstance(rule, SpecRule):
+        fast = False
     if fast and spec.fast_kernel is not None:
         cnt = np.zeros(len(names), np.int64)
         inputs = spec.kernel_inputs(params, n_blocks)
@@ -70,7 +82,7 @@ def run(
     steps = spec.compiled_steps()
     s = steps.make_state(params, Space(n_blocks, 1, block_ids))
     hit_tokens = np.empty(input_lengths.shape[0], np.int64)
-    driver(steps)(block_ids, offsets, input_lengths, SpecRule(block_size), s, hit_tokens)
+    removed = driver(steps, type(rule))(block_ids, offsets, input_lengths, rule, s, hit_tokens)
     counts = s.cnt[0].tolist()
     misses = int(offsets[-1] - offsets[0]) - counts[0]
-    return hit_tokens, misses - counts[1], dict(zip(names, counts, strict=True))
+    return hit_tokens, misses - counts[1] - removed, dict(zip(names, counts, strict=True))
