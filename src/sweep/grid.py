@@ -344,6 +344,28 @@ NOT_WITH_TIERS: tuple[str, ...] = ("capacity", "cache_size", "instances", "route
 """Keys a hierarchy's grid does not use and that are null unless given: refused with ``tiers``
 (its capacities are each tier's, and a hierarchy does not run behind a router)."""
 
+TIER_OWN_KEYS: tuple[str, ...] = ("policy", *POLICY_PARAM_KEYS)
+"""Top-level keys a hierarchy does not use and that have a default: each tier has its own
+(``tiers.LEVEL.policy``, ``tiers.LEVEL.small_ratio``, ...). Refused with ``tiers`` when given:
+a value other than the schema's default, or (from the command line) typed at all."""
+
+
+def check_tier_own_keys(cfg: SweepConfig, overrides: Sequence[str] | None = None) -> None:
+    """Refuse a top-level :data:`TIER_OWN_KEYS` key with ``tiers``, naming it and the tier
+    key to use: it would be silently ignored (``tiers=hbm_dram policy=LRU`` ran each tier's
+    own policy). ``overrides`` (the command line's, as Hydra records them) also catch a value
+    typed equal to the default."""
+    if cfg.tiers is None:
+        return
+    typed = {o.split("=", 1)[0].lstrip("+~") for o in overrides or () if "=" in o}
+    for key in TIER_OWN_KEYS:
+        if key in typed or unique(getattr(cfg, key)) != unique(_default_of(key)):
+            raise PlanError(
+                f"{key}: does not apply to a hierarchy (tiers={cfg.tiers.name or '...'}): "
+                f"each tier has its own; use tiers.LEVEL.{key} (e.g. tiers.hbm.{key}) or "
+                f"remove {key}"
+            )
+
 
 def check_every_value(cfg: SweepConfig) -> None:
     """The rules every grid key follows, whether or not a point of this grid uses it: no
@@ -377,6 +399,7 @@ def check_every_value(cfg: SweepConfig) -> None:
                 "its capacities are tiers.LEVEL.capacity and it runs as one cache; remove "
                 f"{' and '.join(given)} or tiers"
             )
+    check_tier_own_keys(cfg)
     _check_unused_values(cfg)
     if cfg.tiers is not None:
         from .config import TierConfig

@@ -1,0 +1,56 @@
+"""The second audit of issues 21 and 22, sweep side: keys a grid would silently ignore, profile
+keys checked without a model, quoted strings in overrides (one rule). Each refusal is one line,
+exit status 2, nothing created (the in-process ``cli`` of ``test_sweep_config_errors``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweep import SweepConfig
+from sweep.config import TierConfig, TiersConfig
+from sweep.grid import PlanError, plan_grid
+from test_sweep_config_errors import assert_refused, cli  # noqa: F401
+
+# --- Partly 2: a hierarchy's own keys at the top level were silently ignored ----------------
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "policy=LRU",
+        "policy=S3FIFO,LRU",  # the default's value, typed: still not what the tiers run
+        "policy=S3FIFO",
+        "small_ratio=0.2",
+        "small_ratio=0.1",
+        "max_freq=2",
+        "ghost_freq=1",
+    ],
+)
+@pytest.mark.parametrize("tiers", ["tiers=hbm_dram", "tiers=hbm_dram_ssd"])
+def test_a_top_level_policy_key_with_tiers_is_refused(
+    cli,  # noqa: F811
+    tmp_path: Path,
+    tiers: str,
+    typed: str,
+) -> None:  # type: ignore[no-untyped-def]
+    key = typed.split("=")[0]
+    assert_refused(
+        cli, tmp_path, [tiers, typed], f"{key}: does not apply to a hierarchy", f"tiers.LEVEL.{key}"
+    )
+
+
+@pytest.mark.parametrize(
+    "kw", [{"policy": ["LRU"]}, {"small_ratio": [0.25]}, {"max_freq": [1]}, {"ghost_freq": [2]}]
+)
+def test_the_api_refuses_them_too(kw: dict[str, object]) -> None:
+    tiers = TiersConfig(name="t", order=["hbm"], hbm=TierConfig(capacity=[8]))
+    cfg = SweepConfig(tiers=tiers, **kw)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=f"{next(iter(kw))}: does not apply to a hierarchy"):
+        plan_grid(cfg)
+
+
+def test_a_tier_key_is_still_accepted() -> None:
+    tiers = TiersConfig(name="t", order=["hbm"], hbm=TierConfig(capacity=[8], policy=["LRU"]))
+    assert len(plan_grid(SweepConfig(tiers=tiers))) == 1
