@@ -54,3 +54,57 @@ def test_the_api_refuses_them_too(kw: dict[str, object]) -> None:
 def test_a_tier_key_is_still_accepted() -> None:
     tiers = TiersConfig(name="t", order=["hbm"], hbm=TierConfig(capacity=[8], policy=["LRU"]))
     assert len(plan_grid(SweepConfig(tiers=tiers))) == 1
+
+
+# --- Partly 12: hardware keys and cache_tier were checked only with a model -----------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["hardware.mfu=1e-320"], "mfu"),
+        (["hardware.mfu=2"], "mfu"),
+        (["hardware.n_gpus=0"], "n_gpus"),
+        (["hardware.bandwidth.hbm=1e-320"], "bandwidth"),
+        (["hardware.peak_flops.bf16=1e40"], "peak_flops"),
+        (["hardware.compute_dtype=fp64"], "compute_dtype"),
+        (["cache_tier=hbmm"], "cache_tier='hbmm'"),
+        (["hardware=null", "cache_tier=hbmm"], "cache_tier='hbmm'"),
+        (["hardware=a100", "hardware.mfu=0"], "mfu"),
+    ],
+)
+def test_hardware_values_are_checked_without_a_model(
+    cli,  # noqa: F811
+    tmp_path: Path,
+    args: list[str],
+    needle: str,
+) -> None:  # type: ignore[no-untyped-def]
+    assert_refused(cli, tmp_path, ["capacity=8", "policy=LRU", *args], needle)
+
+
+def test_a_hardware_profile_file_and_an_override_agree(
+    cli,  # noqa: F811
+    tmp_path: Path,
+) -> None:  # type: ignore[no-untyped-def]
+    from prefixsim.models import profile_dir
+
+    conf = tmp_path.parent / f"{tmp_path.name}-conf"
+    (conf / "hardware").mkdir(parents=True)
+    text = (profile_dir("hardware") / "h100.yaml").read_text()
+    (conf / "hardware" / "tiny.yaml").write_text(text.replace("mfu: 0.5", "mfu: 1e-320"))
+    assert_refused(cli, tmp_path, ["--config-dir", str(conf), "hardware=tiny", "capacity=8"], "mfu")
+    assert_refused(cli, tmp_path, ["hardware.mfu=1e-320", "capacity=8"], "mfu")
+
+
+def test_the_api_checks_the_hardware_without_a_model() -> None:
+    import dataclasses
+
+    import prefixsim
+    from prefixsim.hardware import load_hardware
+    from sweep.config import HardwareConfig
+
+    with pytest.raises(prefixsim.ParameterError, match="cache_tier='hbmm'"):
+        plan_grid(SweepConfig(capacity=[8], cache_tier="hbmm"))
+    bad = HardwareConfig(**{**dataclasses.asdict(load_hardware("h100")), "mfu": 1e-320})
+    with pytest.raises(prefixsim.ParameterError, match="mfu"):
+        plan_grid(SweepConfig(capacity=[8], hardware=bad))

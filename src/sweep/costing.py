@@ -18,7 +18,7 @@ import numpy as np
 
 from prefixsim import ParameterError
 from prefixsim.cost import capacity_from_size, prefill_cost, prefill_cost_tiers
-from prefixsim.hardware import HardwareProfile, load_hardware
+from prefixsim.hardware import TIERS, HardwareProfile, load_hardware
 from prefixsim.models import ModelProfile, load_model, profile_dir
 from prefixsim.units import MAX_BYTES
 
@@ -127,13 +127,18 @@ def as_profile(kind: str, node: Any) -> Any:
 
 def cost_setup(cfg: SweepConfig) -> CostSetup | None:
     """The engine profiles of ``cfg.model`` and ``cfg.hardware`` (None without a model).
-    A value the engine rejects is a :class:`prefixsim.ParameterError` naming the key."""
-    if cfg.model is None:
-        return None
-    model = as_profile("model", cfg.model)
+    A value the engine rejects is a :class:`prefixsim.ParameterError` naming the key: the
+    hardware and ``cache_tier`` are checked with or without a model (``hardware.mfu=1e-320``
+    or ``cache_tier=hbmm`` ran without one, unused, while a profile file with that mfu was
+    refused), so a value is refused or accepted alike whatever the other keys are."""
     hardware = as_profile("hardware", cfg.hardware)
     if hardware is not None:
         hardware.tier_bandwidth(cfg.cache_tier)  # an unknown tier fails here, naming cache_tier
+    elif cfg.cache_tier not in TIERS:
+        raise ParameterError("cache_tier", cfg.cache_tier, f"expected one of {', '.join(TIERS)}")
+    if cfg.model is None:
+        return None
+    model = as_profile("model", cfg.model)
     return CostSetup(model, hardware, cfg.cache_tier)
 
 
