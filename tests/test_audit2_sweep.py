@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from sweep import SweepConfig
+from sweep.argv import ArgvError, rewrite_override
 from sweep.config import TierConfig, TiersConfig
 from sweep.grid import PlanError, plan_grid
-from test_sweep_config_errors import assert_refused, cli  # noqa: F401
+from test_sweep_config_errors import SCHEMA_KEYS, assert_refused, cli  # noqa: F401
 
 # --- Partly 2: a hierarchy's own keys at the top level were silently ignored ----------------
 
@@ -108,3 +109,35 @@ def test_the_api_checks_the_hardware_without_a_model() -> None:
     bad = HardwareConfig(**{**dataclasses.asdict(load_hardware("h100")), "mfu": 1e-320})
     with pytest.raises(prefixsim.ParameterError, match="mfu"):
         plan_grid(SweepConfig(capacity=[8], hardware=bad))
+
+
+# --- Partly 11: a quoted number was converted (model.layers="32"), a quoted "true" refused ----
+
+TYPED_KEYS = [(k, tp) for k, tp in SCHEMA_KEYS if tp in (int, float, bool, list[int], list[float])]
+
+
+def _a_value(tp: object) -> str:
+    return "true" if tp is bool else "7"
+
+
+@pytest.mark.parametrize(("key", "tp"), TYPED_KEYS, ids=[k for k, _ in TYPED_KEYS])
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_every_typed_key_refuses_a_quoted_value_by_one_rule(
+    key: str, tp: object, quote: str
+) -> None:
+    value = _a_value(tp)
+    with pytest.raises(ArgvError) as info:
+        rewrite_override(f"{key}={quote}{value}{quote}")
+    assert f"{value!r} is a quoted string; {key} takes" in str(info.value)
+    rewrite_override(f"{key}={value}")  # unquoted: accepted
+
+
+@pytest.mark.parametrize("typed", ['capacity=8,"16"', "small_ratio=[0.1,'0.2']"])
+def test_a_quoted_element_of_a_list_is_refused(typed: str) -> None:
+    with pytest.raises(ArgvError, match="is a quoted string"):
+        rewrite_override(typed)
+
+
+def test_string_keys_still_take_quoted_strings() -> None:
+    rewrite_override('out_dir="outputs/my run"')
+    rewrite_override("chat_template='plain'")
