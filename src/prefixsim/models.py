@@ -217,13 +217,36 @@ class ModelProfile:
         per_token = self.kv_bytes_per_token(kv_dtype)
         per_block = per_token * block_size
         if per_block > INT64_MAX:
+            # Name the largest factor, as _check_product does: a profile's kv_heads of 2**40
+            # at block_size 512 is the profile's fault, not block_size's.
+            factors = self._kv_factors()
+            key = max(factors, key=lambda k: factors[k])
+            if block_size >= factors[key]:
+                raise ParameterError(
+                    "block_size",
+                    block_size,
+                    f"one block of {self.name} would pass int64 bytes (at most "
+                    f"{INT64_MAX // per_token} tokens per block at {per_token} bytes per token)",
+                )
+            given = ", ".join(f"{k}={v}" for k, v in factors.items())
             raise ParameterError(
-                "block_size",
-                block_size,
-                f"one block of {self.name} would pass int64 bytes (at most "
-                f"{INT64_MAX // per_token} tokens per block at {per_token} bytes per token)",
+                f"model.{key}",
+                factors[key],
+                f"one block of {block_size} tokens of {self.name} would pass int64 bytes "
+                f"({per_token} bytes per token: {given})",
             )
         return per_block
+
+    def _kv_factors(self) -> dict[str, int]:
+        """The profile keys one token's KV bytes multiply (:meth:`kv_bytes_per_token`)."""
+        if self.attention == "mla":
+            assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+            return {
+                "layers": self.layers,
+                "kv_lora_rank": self.kv_lora_rank,
+                "qk_rope_head_dim": self.qk_rope_head_dim,
+            }
+        return {"layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
 
     def with_kv_dtype(self, kv_dtype: str) -> ModelProfile:
         return dataclasses.replace(self, kv_dtype=kv_dtype)

@@ -1,0 +1,65 @@
+"""The second audit of issues 21 and 22, engine side: a derived quantity that fails names the
+key the user set (the profile's factor, the synth length typed), not a default or a bystander."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from prefixsim import ParameterError
+from prefixsim.models import load_model
+from prefixsim.synth import SynthConfig, synth_plan
+
+# --- Partly 6: one block past int64 named block_size=512 for a profile's kv_heads of 2**40 ---
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "value"),
+    [
+        # llama-3.1-8b: 2 * 32 * 8 * 128 * 2 = 2**17 bytes per token; one factor 2**37+ larger
+        # is at most 2**55 per token (fits), 2**64 per 512-token block (does not)
+        ("llama-3.1-8b", "kv_heads", 2**40),
+        ("llama-3.1-8b", "head_dim", 2**44),
+        ("llama-3.1-8b", "layers", 2**43),
+        # deepseek-v3: 61 * (512 + 64) * 2 bytes per token; 2**48 in one factor: ~2**55 (fits)
+        ("deepseek-v3", "kv_lora_rank", 2**48),
+        ("deepseek-v3", "qk_rope_head_dim", 2**48),
+    ],
+)
+def test_a_block_past_int64_names_the_profiles_largest_factor(
+    model: str, key: str, value: int
+) -> None:
+    profile = dataclasses.replace(load_model(model), **{key: value}, reuse_up_projection=False)
+    assert profile.kv_bytes_per_token() <= 2**63 - 1
+    with pytest.raises(ParameterError) as info:
+        profile.kv_bytes_per_block(512)
+    assert info.value.name == f"model.{key}"
+    assert info.value.value == value
+
+
+def test_a_huge_block_size_still_names_block_size() -> None:
+    with pytest.raises(ParameterError) as info:
+        load_model("llama-3.1-8b").kv_bytes_per_block(2**60)
+    assert info.value.name == "block_size"
+
+
+@pytest.mark.parametrize(
+    ("kw", "key"),
+    [
+        ({"system_tokens_median": 1e18}, "system_tokens_median"),
+        ({"system_tokens_median": 1e6}, "system_tokens_median"),
+        ({"first_tokens_median": 1e18, "agent_fraction": 0.0}, "first_tokens_median"),
+        (
+            {"agent_context_tokens_median": 1e9, "agent_fraction": 1.0},
+            "agent_context_tokens_median",
+        ),
+        ({"max_prompt_tokens": 600}, "max_prompt_tokens"),  # the default lengths, a small cap
+        ({"max_prompt_tokens": 5}, "max_prompt_tokens"),  # not the default agent_turns_mean
+        ({"max_prompt_tokens": 5, "agent_turns_mean": 7.0}, "agent_turns_mean"),
+    ],
+)
+def test_synth_names_the_length_key_typed(kw: dict[str, float], key: str) -> None:
+    with pytest.raises(ParameterError) as info:
+        synth_plan(SynthConfig(requests=50, **kw))  # type: ignore[arg-type]
+    assert info.value.name == key, str(info.value)
