@@ -321,9 +321,9 @@ def _report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m prefixsim warm-up [--processes N]``."""
-    import argparse
+    from ._args import OneLineParser
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m prefixsim warm-up",
         description="Compile every kernel ahead of its first use (numba caches them on disk).",
     )

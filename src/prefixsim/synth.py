@@ -44,9 +44,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ._args import OneLineParser
 from ._memory import check_fits
 from ._output import atomic_output, check_output_path
-from .errors import ParameterError, PrefixSimError
+from .errors import ParameterError, PrefixSimError, error_line
 from .formats.tokens import TokenTable
 from .policies.base import check_int
 from .trace import Trace
@@ -587,7 +588,7 @@ def _integer(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m prefixsim.synth",
         description="Generate a synthetic multi-turn / agent workload as a trace file.",
         epilog="example: python -m prefixsim.synth conv.jsonl.gz --like conversation --seed 1",
@@ -631,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             check_blocks_written(trace, args.block_size)
             write_mooncake(trace, args.output)
     except (PrefixSimError, OSError) as err:
-        print(f"prefixsim.synth: error: {err}", file=sys.stderr)
+        print(error_line("prefixsim.synth", err), file=sys.stderr)
         return 2
     print(
         f"{args.output}: {plan.n_requests} requests in {plan.n_sessions} sessions",

@@ -36,7 +36,9 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def _error(message: str) -> None:
-    print(f"sweep: error: {message}", file=sys.stderr)
+    from prefixsim.errors import error_line
+
+    print(error_line("sweep", message), file=sys.stderr)
 
 
 def _remove_if_fresh_and_empty(path: Path, since: float) -> None:

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from prefixsim.errors import SHOWN_CHARS, shown_text
+
 from .config import MISSING, SweepConfig
 
 DEFAULTS_GROUPS: tuple[str, ...] = ("executor", "model", "hardware", "tiers")
@@ -111,7 +113,11 @@ def _mapping_keys(table: str) -> list[str] | None:
 
 
 def unknown_key(prefix: str, name: str, known: list[str]) -> str:
-    """``PREFIX.NAME: not a key of ...; did you mean PREFIX.CLOSEST?`` (one line)."""
+    """``PREFIX.NAME: not a key of ...; did you mean PREFIX.CLOSEST?`` (one line; a NAME of
+    100,000 characters is cut in the middle and not matched: difflib would take its time)."""
+    if len(name) > 4 * SHOWN_CHARS:
+        where = f"the {prefix.rstrip('.')} node" if prefix else "the sweep configuration"
+        return f"{shown_text(prefix + name)}: not a key of {where} (keys: {', '.join(known)})"
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if not close:  # a prefix or a long slip (capacityy, small): the best match above noise
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.4)
