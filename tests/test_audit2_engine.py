@@ -63,3 +63,73 @@ def test_synth_names_the_length_key_typed(kw: dict[str, float], key: str) -> Non
     with pytest.raises(ParameterError) as info:
         synth_plan(SynthConfig(requests=50, **kw))  # type: ignore[arg-type]
     assert info.value.name == key, str(info.value)
+
+
+# --- Partly 9: a token trace with a >4,300-digit integer on its first line was "Mooncake" ----
+
+
+@pytest.mark.parametrize(
+    ("first", "fmt"),
+    [
+        ('{"timestamp": BIG, "token_ids": [1, 2, 3]}', "tokens"),
+        ('{"token_ids": [BIG, 2, 3]}', "tokens"),
+        ('{"timestamp": BIG, "messages": [{"role": "user", "content": "hi"}]}', "chat"),
+        ('{"timestamp": 0, "input_length": BIG, "hash_ids": [1]}', "mooncake"),
+        ('{"timestamp": -BIG, "token_ids": [1]}', "tokens"),
+    ],
+)
+def test_format_detection_reads_integers_of_any_length(first: str, fmt: str) -> None:
+    from prefixsim.formats import detect_format
+
+    for digits in (10, 4301, 20_000):
+        line = first.replace("BIG", "9" * digits)
+        assert detect_format(line.encode() + b"\n", "t.jsonl") == fmt
+
+
+def test_the_replay_names_the_field_of_a_long_integer(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from prefixsim import cli
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": ' + "9" * 5000 + ', "token_ids": [1, 2, 3]}\n')
+    assert cli.main([str(trace), "--block-size", "2", "--capacity", "4", "--policy", "LRU"]) == 2
+    err = capsys.readouterr().err
+    assert "t.jsonl:1: timestamp:" in err and "input_length" not in err, err
+
+
+# --- Partly 10: a profile that is a named pipe was "no such profile file", and listed --------
+
+
+@pytest.fixture
+def odd_profiles(tmp_path):  # type: ignore[no-untyped-def]
+    import os
+
+    conf = tmp_path / "conf"
+    for kind in ("model", "hardware"):
+        (conf / kind).mkdir(parents=True)
+        os.mkfifo(conf / kind / "pipe.yaml")
+        (conf / kind / "folder.yaml").mkdir()
+    return conf
+
+
+@pytest.mark.parametrize("kind", ["model", "hardware"])
+@pytest.mark.parametrize(("name", "what"), [("pipe", "a named pipe"), ("folder", "a directory")])
+def test_a_profile_that_is_not_a_file_says_what_it_is(odd_profiles, kind, name, what) -> None:  # type: ignore[no-untyped-def]
+    from prefixsim.hardware import load_hardware
+
+    load = load_model if kind == "model" else load_hardware
+    with pytest.raises(ParameterError, match=f"is {what}; expected a regular YAML file"):
+        load(str(odd_profiles / kind / f"{name}.yaml"))
+
+
+@pytest.mark.parametrize("kind", ["model", "hardware"])
+def test_the_sweep_neither_lists_nor_reads_them(odd_profiles, kind) -> None:  # type: ignore[no-untyped-def]
+    from sweep.costing import check_profile_overrides
+
+    argv = ["--config-dir", str(odd_profiles)]
+    with pytest.raises(ParameterError, match="is a named pipe"):
+        check_profile_overrides([*argv, f"{kind}=pipe"], odd_profiles / "none")
+    with pytest.raises(ParameterError, match="is a directory"):
+        check_profile_overrides([*argv, f"{kind}=folder"], odd_profiles / "none")
+    with pytest.raises(ParameterError, match="unknown") as info:
+        check_profile_overrides([*argv, f"{kind}=nothing"], odd_profiles / "none")
+    assert "pipe" not in str(info.value) and "folder" not in str(info.value)
