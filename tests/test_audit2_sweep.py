@@ -141,3 +141,37 @@ def test_a_quoted_element_of_a_list_is_refused(typed: str) -> None:
 def test_string_keys_still_take_quoted_strings() -> None:
     rewrite_override('out_dir="outputs/my run"')
     rewrite_override("chat_template='plain'")
+
+
+# --- Partly 5: out_dir=outputs/latest made latest a real folder, stale ever after -----------
+
+
+@pytest.mark.parametrize(
+    "out_dir", ["outputs/latest", "./outputs/latest/", "outputs//latest", "outputs/latest/x", "ABS"]
+)
+def test_out_dir_cannot_make_latest_a_folder(cli, tmp_path: Path, out_dir: str) -> None:  # noqa: F811  # type: ignore[no-untyped-def]
+    out_dir = out_dir.replace("ABS", str(tmp_path / "outputs" / "latest"))
+    assert_refused(
+        cli, tmp_path, [f"out_dir={out_dir}", "capacity=8"], "outputs/latest is the link"
+    )
+
+
+def test_latest_through_its_link_is_a_resume(tmp_path: Path) -> None:
+    from sweep.lifecycle import check_not_latest
+
+    (tmp_path / "outputs" / "run1").mkdir(parents=True)
+    (tmp_path / "outputs" / "latest").symlink_to("run1", target_is_directory=True)
+    check_not_latest("outputs/latest", tmp_path)  # accepted
+
+
+def test_a_latest_folder_is_said_not_silently_left(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sweep.lifecycle import update_latest
+
+    run = tmp_path / "outputs" / "run1"
+    run.mkdir(parents=True)
+    (tmp_path / "outputs" / "latest").mkdir()
+    with caplog.at_level("WARNING", logger="sweep"):
+        assert update_latest(run, tmp_path) is None
+    assert "latest is not a link" in caplog.text
