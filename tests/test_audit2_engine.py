@@ -133,3 +133,40 @@ def test_the_sweep_neither_lists_nor_reads_them(odd_profiles, kind) -> None:  # 
     with pytest.raises(ParameterError, match="unknown") as info:
         check_profile_overrides([*argv, f"{kind}=nothing"], odd_profiles / "none")
     assert "pipe" not in str(info.value) and "folder" not in str(info.value)
+
+
+# --- Partly 3: the Python API's entries said nothing while the kernels compiled -------------
+
+
+@pytest.mark.parametrize("entry", ["replay", "replay_tiers", "replay_cluster"])
+def test_every_api_entry_listens_for_compiles(entry, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import contextlib
+
+    import prefixsim
+    from prefixsim import first_use
+
+    entered: list[str] = []
+
+    @contextlib.contextmanager
+    def recording(stream=None):  # type: ignore[no-untyped-def]
+        entered.append(entry)
+        yield None
+
+    monkeypatch.setattr(first_use, "noting", recording)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 8, "output_length": 1, "hash_ids": [1, 2]}\n'
+        '{"timestamp": 1, "input_length": 8, "output_length": 1, "hash_ids": [1, 3]}\n'
+    )
+    t = prefixsim.load_trace(str(trace), block_size=4)
+    if entry == "replay":
+        prefixsim.replay(t, "LRU", capacity=4, block_size=4, engine="reference")
+    elif entry == "replay_tiers":
+        tiers = [
+            {"name": "hbm", "policy": "LRU", "capacity": 2},
+            {"name": "dram", "policy": "LRU", "capacity": 4},
+        ]
+        prefixsim.replay_tiers(t, tiers, block_size=4, engine="reference")
+    else:
+        prefixsim.replay_cluster(t, 2, "round_robin", "LRU", 4, 4, engine="reference")
+    assert entered == [entry]

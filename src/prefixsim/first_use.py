@@ -27,9 +27,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, ParamSpec, TypeVar
 
 from .errors import ParameterError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 PACKAGE = __name__.partition(".")[0]
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
@@ -143,6 +146,20 @@ def noting(stream: IO[str] | None = None) -> Iterator[Notice]:
         if notice.compiled:
             names = ", ".join(dict.fromkeys(notice.compiled))
             _say(notice, f"compiled {names} in {notice.seconds:.1f} s; cached for later runs")
+
+
+def noted(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` within :func:`noting`: the Python API's entries (``replay``, ``replay_tiers``,
+    ``replay_cluster``) say when they compile, as the command lines do (the README's
+    ``replay_tiers`` block was silent for 13 s on a first run). Nested calls, and calls within
+    a command's own block, say it once."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with noting():
+            return func(*args, **kwargs)
+
+    return wrapper
 
 
 # --- the warm-up -------------------------------------------------------------------------------

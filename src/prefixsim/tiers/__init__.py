@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ParameterError
+from ..first_use import noted
 from ..policies.base import check_int
 from ..replay import ENGINES, MAX_BLOCK_SIZE, Engine, _as_trace
 from ..semantics import Semantics, require_spec
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 
+@noted  # a line on stderr while the kernels compile (first use only)
 def replay_tiers(
     trace_or_path: Trace | str | os.PathLike[str],
     tiers: Sequence[Tier | Mapping[str, Any]],
