@@ -36,9 +36,13 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def _error(message: str) -> None:
-    from prefixsim.errors import error_line
+    try:  # one bounded line (a 100,000-character override is cut in the middle)
+        from prefixsim.errors import error_line
 
-    print(error_line("sweep", message), file=sys.stderr)
+        line = error_line("sweep", message)
+    except Exception:  # an interrupt cut the engine's import short: the message, cut
+        line = f"sweep: error: {message[:1000]}"
+    print(line, file=sys.stderr)
 
 
 def _remove_if_fresh_and_empty(path: Path, since: float) -> None:
