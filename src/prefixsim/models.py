@@ -319,8 +319,8 @@ def not_a_profile_file(path: Path) -> str | None:
         return err.strerror or type(err).__name__
     if stat.S_ISREG(mode):
         return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"))
-    kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISSOCK, "a socket"))
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe")]
+    kinds += [(stat.S_ISCHR, "a character device"), (stat.S_ISSOCK, "a socket")]
     kind = next((what for test, what in kinds if test(mode)), "not a regular file")
     return f"is {kind}; expected a regular YAML file"
 
