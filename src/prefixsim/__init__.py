@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .models import ModelProfile, load_model, model_names
     from .policies import PolicyParams, get_policy, policy_names, register
     from .replay import ReplayResult, make_params, replay, replay_params
+    from .scenario import Cluster, Scenario, run_scenario
     from .semantics import Semantics
     from .tiers import TieredResult, replay_tiers
     from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "BUNDLED_TRACES": ".trace",
     "Ceiling": ".lru_curve",
+    "Cluster": ".scenario",
     "ClusterResult": ".cluster",
     "HardwareProfile": ".hardware",
     "LRUCurve": ".lru_curve",
@@ -41,6 +43,7 @@ _LAZY: dict[str, str] = {
     "PolicyParams": ".policies",
     "PrefillCost": ".cost",
     "ReplayResult": ".replay",
+    "Scenario": ".scenario",
     "Semantics": ".semantics",
     "TieredResult": ".tiers",
     "Trace": ".trace",
@@ -65,6 +68,7 @@ _LAZY: dict[str, str] = {
     "replay_cluster": ".cluster",
     "replay_params": ".replay",
     "replay_tiers": ".tiers",
+    "run_scenario": ".scenario",
 }
 """Public name -> the submodule that defines it (imported on first use)."""
 
@@ -100,6 +104,7 @@ sys.modules[__name__].__class__ = _Package
 __all__ = [
     "BUNDLED_TRACES",
     "Ceiling",
+    "Cluster",
     "ClusterResult",
     "HardwareProfile",
     "LRUCurve",
@@ -109,6 +114,7 @@ __all__ = [
     "PrefillCost",
     "PrefixSimError",
     "ReplayResult",
+    "Scenario",
     "Semantics",
     "TieredResult",
     "Trace",
@@ -134,5 +140,6 @@ __all__ = [
     "replay_cluster",
     "replay_params",
     "replay_tiers",
+    "run_scenario",
 ]
 __version__ = "0.1.0"

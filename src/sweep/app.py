@@ -25,8 +25,8 @@ from .backends import (
     release_loky_workers,
 )
 from .config import Backend, SweepConfig
-from .costing import cost_setup
 from .engine_checks import check_with_engine
+from .expand import cost_setup
 from .grid import assign_points, check_tier_own_keys, plan_grid, unused_parameters
 from .inputs import checked_config, load_traces
 from .parts import part_table

@@ -1,7 +1,7 @@
 """Cluster points of the sweep (issue 14): ``instances`` and ``router`` as grid keys.
 
-Everything the sweep needs to declare and run :func:`prefixsim.replay_cluster` points lives
-here; ``grid``, ``run``, ``app`` and ``store`` only call it. A grid that gives neither
+This module declares a cluster point (:class:`ClusterSpec`) and its result columns; the grid
+keys are expanded into clusters by :func:`sweep.expand.router_family`. A grid that gives neither
 ``instances`` nor ``router`` has no cluster points (and its columns are null); one that gives
 either is the product of ``instances`` (default 1) and ``router`` (default ``round_robin``),
 each router multiplied only by its own parameters (``overlap_weight`` for ``kv_aware``,
@@ -18,23 +18,18 @@ without ``model``.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-import prefixsim
-from prefixsim import PolicyParams, Trace
+from prefixsim import Cluster
 
 from .config import ROUTER_PARAM_KEYS
-from .costing import as_profile
-from .values import unique
 
 if TYPE_CHECKING:
-    from prefixsim.cluster import ClusterResult, LoadModel, RouterParams
-    from prefixsim.semantics import Semantics
+    from prefixsim.cluster import ClusterResult
 
 # prefixsim.cluster (its kernels, routers and load model) is imported by the functions that
 # use it: a sweep without cluster points does not wait 0.03 s for it before its first replay.
@@ -69,12 +64,9 @@ RESULT_FIELDS: tuple[pa.Field, ...] = (
 
 
 @dataclass(frozen=True)
-class ClusterSpec:
-    """A point's cluster: how many instances, the router, and the load model (or None)."""
-
-    instances: int
-    router: RouterParams
-    load: LoadModel | None
+class ClusterSpec(Cluster):
+    """A point's cluster (:class:`prefixsim.Cluster`: how many instances, the router, and the
+    load model or None), with its identity and its description for the sweep."""
 
     def to_dict(self) -> dict[str, Any]:
         """The identity of the cluster (part of the point key) and its parameter columns."""
@@ -94,66 +86,6 @@ class ClusterSpec:
         if self.load is not None:
             out.update(model=self.load.model.name, hardware=self.load.hardware.name)
         return out
-
-
-def load_model_of(cfg: Any) -> LoadModel:
-    """The load model of a sweep configuration with cluster points: its ``model`` and
-    ``hardware``, or :data:`DEFAULT_LOAD_MODEL` / :data:`DEFAULT_LOAD_HARDWARE` for the one it
-    does not give (logged; the ``load_model`` / ``load_hardware`` columns say which ran)."""
-    model = as_profile("model", getattr(cfg, "model", None))
-    hardware = as_profile("hardware", getattr(cfg, "hardware", None))
-    if model is None:
-        log.info("cluster points: no model given; the load model uses %s", DEFAULT_LOAD_MODEL)
-        model = DEFAULT_LOAD_MODEL
-    if hardware is None:
-        log.info("cluster points: no hardware given; the load model uses %s", DEFAULT_LOAD_HARDWARE)
-        hardware = DEFAULT_LOAD_HARDWARE
-    from prefixsim.cluster import LoadModel
-
-    return LoadModel(
-        model,
-        hardware,
-        getattr(cfg, "cache_tier", "hbm"),
-        getattr(cfg, "decode_seconds_per_token", 0.0),
-    )
-
-
-def cluster_specs(cfg: Any) -> list[ClusterSpec | None]:
-    """The clusters of a grid: ``[None]`` (single-cache points) when the configuration gives
-    neither ``instances`` nor ``router``. Raises :class:`ParameterError` for a bad value."""
-    instances = getattr(cfg, "instances", None)
-    routers = getattr(cfg, "router", None)
-    if instances is None and routers is None:
-        return [None]
-    from prefixsim.cluster import get_router, make_router
-
-    names = unique(routers if routers is not None else ["round_robin"])
-    specs_by_name = {name: get_router(name) for name in names}  # an unknown name fails first
-    load = load_model_of(cfg)
-    specs: list[ClusterSpec | None] = []
-    for name, spec in specs_by_name.items():
-        own = [k for k in ROUTER_PARAM_KEYS if k in spec.params_type.field_names()]
-        values = [unique(getattr(cfg, k)) for k in own]
-        for combo in itertools.product(*values):
-            router = make_router(name, **dict(zip(own, combo, strict=True)))
-            for n in unique(instances if instances is not None else [1]):
-                prefixsim.policies.base.check_int("instances", n, 1, 4096)
-                specs.append(ClusterSpec(int(n), router, load))
-    return specs
-
-
-def run_point(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    spec: ClusterSpec,
-    semantics: Semantics | None = None,
-) -> ClusterResult:
-    from prefixsim.cluster import replay_cluster_params
-
-    return replay_cluster_params(
-        trace, params, block_size, spec.instances, spec.router, spec.load, semantics=semantics
-    )
 
 
 def result_columns(result: ClusterResult) -> dict[str, Any]:

@@ -368,7 +368,7 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
         if unknown:
             from prefixsim import PrefixSimError
 
-            from .overrides import unknown_key
+            from .messages import unknown_key
 
             raise PrefixSimError(unknown_key(prefix, unknown[0], known))
     from . import ranges
@@ -388,7 +388,7 @@ def to_sweep_config(cfg: Any) -> SweepConfig:
     except OmegaConfBaseException as err:  # an interpolation that fails, a mandatory key unset
         from prefixsim import PrefixSimError
 
-        from .overrides import describe_omegaconf_error
+        from .messages import describe_omegaconf_error
 
         raise PrefixSimError(describe_omegaconf_error(cfg, err)) from None
     assert isinstance(obj, SweepConfig)

@@ -1,12 +1,11 @@
-"""The sweep's side of the cost model (:mod:`prefixsim.cost`): the model and hardware of a
-:class:`~sweep.config.SweepConfig` as engine profiles, the grid's cache sizes, and the bytes,
-FLOPs and est_ columns of a point. The formulas live in the engine; this module only declares
-which columns the sweep writes and converts the configuration once, at the edge.
+"""The sweep's side of the cost model (:mod:`prefixsim.cost`): the bytes, FLOPs and est_ columns
+of a point. The formulas live in the engine; this module only declares which columns the sweep
+writes. The model and hardware become engine profiles, and the grid's cache sizes are
+expanded, once, while planning (:func:`sweep.expand.cost_setup`, :func:`sweep.expand.size_family`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -17,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from prefixsim import ParameterError
-from prefixsim.cost import capacity_from_size, prefill_cost, prefill_cost_tiers
+from prefixsim.cost import prefill_cost, prefill_cost_tiers
 from prefixsim.errors import shown_text
-from prefixsim.hardware import TIERS, HardwareProfile, load_hardware
+from prefixsim.hardware import HardwareProfile, load_hardware
 from prefixsim.models import (
     ModelProfile,
     load_model,
@@ -27,9 +26,6 @@ from prefixsim.models import (
     profile_dir,
     profile_stems,
 )
-from prefixsim.units import MAX_BYTES
-
-from .config import DEFAULT_CAPACITIES, SweepConfig
 
 RESULT_COST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("model", "string"),
@@ -114,75 +110,6 @@ class CostSetup:
         if cost.est_ttft_saved_seconds is not None:
             per_request["est_ttft_saved_seconds"] = cost.est_ttft_saved_seconds
         return totals, per_request
-
-
-def as_profile(kind: str, node: Any) -> Any:
-    """The engine profile (:class:`ModelProfile` for ``kind="model"``, else
-    :class:`HardwareProfile`) of a config value: a Hydra config-group node converted to a
-    dataclass, a mapping, a bundled name or YAML path (from Python), a profile, or None."""
-    if node is None or isinstance(node, ModelProfile | HardwareProfile):
-        return node
-    if isinstance(node, str):
-        return load_model(node) if kind == "model" else load_hardware(node)
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        doc = dataclasses.asdict(node)
-    else:
-        doc = dict(node)
-    cls = ModelProfile if kind == "model" else HardwareProfile
-    return cls.from_dict(doc, kind)
-
-
-def cost_setup(cfg: SweepConfig) -> CostSetup | None:
-    """The engine profiles of ``cfg.model`` and ``cfg.hardware`` (None without a model).
-    A value the engine rejects is a :class:`prefixsim.ParameterError` naming the key: the
-    hardware and ``cache_tier`` are checked with or without a model (``hardware.mfu=1e-320``
-    or ``cache_tier=hbmm`` ran without one, unused, while a profile file with that mfu was
-    refused), so a value is refused or accepted alike whatever the other keys are."""
-    hardware = as_profile("hardware", cfg.hardware)
-    if hardware is not None:
-        hardware.tier_bandwidth(cfg.cache_tier)  # an unknown tier fails here, naming cache_tier
-    elif cfg.cache_tier not in TIERS:
-        raise ParameterError("cache_tier", cfg.cache_tier, f"expected one of {', '.join(TIERS)}")
-    if cfg.model is None:
-        return None
-    model = as_profile("model", cfg.model)
-    return CostSetup(model, hardware, cfg.cache_tier)
-
-
-def grid_sizes(
-    cfg: SweepConfig, block_sizes: list[int], setup: CostSetup | None
-) -> list[tuple[int, int, int | None]]:
-    """``(capacity, block_size, cache_bytes)`` of the grid, in order (size, then block size):
-    from ``capacity`` (cache_bytes = capacity * bytes per block with a model, else None), from
-    ``cache_size`` (whole blocks, floor), or :data:`DEFAULT_CAPACITIES`."""
-    if cfg.capacity is not None and cfg.cache_size is not None:
-        raise ParameterError(
-            "cache_size",
-            ",".join(str(s) for s in cfg.cache_size),
-            f"give capacity (blocks) or cache_size (bytes), not both (capacity={cfg.capacity}; "
-            "capacity=null clears one set by an experiment)",
-        )
-    out: list[tuple[int, int, int | None]] = []
-    if cfg.cache_size is not None:
-        if setup is None:
-            raise ParameterError(
-                "cache_size", ",".join(cfg.cache_size), "needs a model (model=NAME)"
-            )
-        for size in dict.fromkeys(cfg.cache_size):
-            for block_size in block_sizes:
-                blocks, size_bytes = capacity_from_size(size, setup.model, block_size)
-                out.append((blocks, block_size, size_bytes))
-        return out
-    capacities = list(DEFAULT_CAPACITIES) if cfg.capacity is None else cfg.capacity
-    for capacity in capacities:
-        for block_size in block_sizes:
-            cache_bytes: int | None = None
-            if setup is not None and isinstance(capacity, int) and capacity >= 1:
-                cache_bytes = capacity * setup.model.kv_bytes_per_block(block_size)
-                if cache_bytes > MAX_BYTES:
-                    raise ParameterError("capacity", capacity, f"{cache_bytes} bytes: past int64")
-            out.append((capacity, block_size, cache_bytes))
-    return out
 
 
 def check_profile_overrides(argv: Sequence[str], conf_dir: Path) -> None:

@@ -8,7 +8,7 @@ memory it is about to allocate; and a point's row must fit the result columns. A
 passes planning and fails there leaves a run directory with a ``failed`` manifest and advice to
 rerun that fails the same way. So, once the traces are loaded and before the run directory is
 made, :func:`check_with_engine` does with the points exactly what a worker and the writer do
-(:func:`sweep.run.check_items`, then :func:`sweep.parts.part_table`) on the first request of
+(:func:`sweep.outcome.replay_items`, then :func:`sweep.parts.part_table`) on the first request of
 their trace: each refusal the engine makes before or in its loop is raised here, whatever the
 engine's code, now or after it changes, with the engine's own message under the key the user
 typed.
@@ -38,8 +38,8 @@ from prefixsim.semantics import check_fits
 from prefixsim.tiers import Hierarchy
 
 from .costing import CostSetup
-from .grid import GridPoint, PlanError, Point
-from .run import CURVE_MIN_POINTS, Item, check_items, head
+from .outcome import CURVE_MIN_POINTS, Item, Outcome, head, replay_items
+from .points import GridPoint, PlanError, Point
 
 
 def _trace_kind(trace: Trace) -> tuple[Any, ...]:
@@ -128,10 +128,19 @@ def _check_points(
     """The refused points of ``points`` (one kind of trace, ``trace`` one of them) and why."""
     from .parts import part_table
 
-    items: list[Item] = [
-        (i, gp.params, gp.block_size, gp.cluster, gp.semantics) for i, gp in enumerate(points)
-    ]
-    results = check_items(trace, items)
+    # Each point's scenario, built here, is validated by the engine's constructor (the block
+    # size's bound...); then replayed as a worker would, on the first request.
+    items: list[Item] = []
+    built: list[ParameterError | None] = []
+    for i, gp in enumerate(points):
+        try:
+            items.append((i, gp.scenario))
+            built.append(None)
+        except ParameterError as err:
+            built.append(err)
+    first = head(trace)
+    done = iter(replay_items(first, items, True))
+    results: list[Outcome | Exception] = [next(done) if e is None else e for e in built]
     for i, gp in enumerate(points):  # the whole trace: a request no engine could schedule
         if not isinstance(results[i], Exception):
             try:
@@ -146,7 +155,6 @@ def _check_points(
     fine = [(i, r) for i, r in enumerate(results) if not isinstance(r, Exception)]
     if not fine:
         return refused
-    first = head(trace)
     as_points = {
         i: Point(
             i, "", gp.trace, sha, gp.params, gp.block_size, gp.cache_bytes, gp.cluster, gp.semantics

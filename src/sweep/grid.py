@@ -17,98 +17,22 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
-import itertools
 import json
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
-from prefixsim.params_grid import make_params_grid
 from prefixsim.semantics import Semantics
 
-from .cluster import ClusterSpec, cluster_specs
+from .cluster import ClusterSpec
 from .config import POLICY_PARAM_KEYS, SweepConfig
-from .costing import cost_setup, grid_sizes
-from .semantics import SPEC, grid_semantics
-from .semantics import describe as describe_semantics
+from .expand import expand, grid_points
+from .points import GridPoint, PlanError, Point
+from .semantics import SPEC
 from .semantics import key_document as semantics_document
 from .values import unique
-
-
-class PlanError(prefixsim.PrefixSimError):
-    """A grid that cannot be run (one line for the user)."""
-
-
-@dataclass(frozen=True)
-class GridPoint:
-    """A point before its trace is loaded (the trace is referred to as typed)."""
-
-    trace: str
-    params: PolicyParams
-    block_size: int
-    cache_bytes: int | None = None
-    """The cache in bytes (with a model: the ``cache_size`` given, or capacity times the bytes
-    per block); None without a model."""
-    cluster: ClusterSpec | None = None
-    """Instances behind a router (``sweep.cluster``); None for a single-cache point."""
-    semantics: Semantics = SPEC
-    """The replay's hit rule (``sweep.semantics``)."""
-
-    @property
-    def policy(self) -> str:
-        return self.params.policy
-
-    def describe(self) -> str:
-        """``trace=conversation policy=S3FIFO capacity=1024 ...`` (for messages)."""
-        items = {"trace": self.trace, "block_size": self.block_size, **self.params.to_dict()}
-        items.update(describe_semantics(self.semantics))
-        if self.cache_bytes is not None:
-            items["cache_bytes"] = self.cache_bytes
-        if self.cluster is not None:
-            items.update(self.cluster.describe())
-        return " ".join(f"{k}={v}" for k, v in items.items())
-
-
-@dataclass(frozen=True)
-class Point:
-    """A point of the sweep, with its identity in the run directory."""
-
-    point_id: int
-    key: str
-    trace: str
-    """The trace as typed (bundled name or path), as loaded into :class:`prefixsim.Trace`."""
-    trace_sha256: str
-    params: PolicyParams
-    block_size: int
-    cache_bytes: int | None = None
-    """See :attr:`GridPoint.cache_bytes`."""
-    cluster: ClusterSpec | None = None
-    """See :attr:`GridPoint.cluster`."""
-    semantics: Semantics = SPEC
-    """See :attr:`GridPoint.semantics`."""
-
-    @property
-    def policy(self) -> str:
-        return self.params.policy
-
-    def param(self, name: str) -> Any:
-        """Value of a policy parameter, or None when the policy does not have it."""
-        return getattr(self.params, name, None)
-
-    def describe(self) -> str:
-        items = {
-            "point_id": self.point_id,
-            "trace": self.trace,
-            "block_size": self.block_size,
-            **self.params.to_dict(),
-            **describe_semantics(self.semantics),
-        }
-        if self.cluster is not None:
-            items.update(self.cluster.describe())
-        return " ".join(f"{k}={v}" for k, v in items.items())
 
 
 def point_key(
@@ -259,85 +183,21 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _check_block_size(value: int) -> int:
-    from prefixsim.policies.base import check_int
-
-    return check_int("block_size", value, 1)
-
-
+@gc_paused()
 def plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     """The grid's points in order (trace, policy, capacity, block_size, then the policy's
-    parameters), deduplicated, each validated by the engine. The capacities are ``capacity``,
-    or with a model those of ``cache_size`` at each block size (:func:`sweep.costing.grid_sizes`:
-    both given is an error), or the defaults.
+    parameters, the cluster and the semantics; for a hierarchy: trace, hierarchy, block size),
+    deduplicated, each validated by the engine: every key's rules first
+    (:func:`check_every_value`), then one pass over the grid keys, each family expanded by
+    one function (:func:`sweep.expand.expand`), and their product. The capacities are
+    ``capacity``, or with a model those of ``cache_size`` at each block size (both given is an
+    error), or the defaults.
 
     Raises :class:`PlanError` (an empty grid key, an invalid point) naming the key, the value,
     what is allowed and, for an invalid point, how many points are invalid.
     """
-    with gc_paused():
-        return _plan_grid(cfg)
-
-
-def _plan_grid(cfg: SweepConfig) -> list[GridPoint]:
     check_every_value(cfg)
-    if cfg.tiers is not None:  # a hierarchy's grid (the tiers group): sweep/tiers.py
-        from .tiers import plan_tiers
-
-        return plan_tiers(cfg)
-    traces = unique(cfg.trace)
-    policies = unique(cfg.policy)
-    for name in policies:
-        prefixsim.get_policy(name)  # unknown policy: ParameterError naming the known ones
-    block_sizes = [_check_block_size(b) for b in unique(cfg.block_size)]
-    if cfg.capacity is not None:
-        cfg = dataclasses.replace(cfg, capacity=unique(cfg.capacity))
-    sizes = grid_sizes(cfg, block_sizes, cost_setup(cfg))
-    param_values = {k: unique(getattr(cfg, k)) for k in POLICY_PARAM_KEYS}
-    try:
-        clusters = cluster_specs(cfg)
-    except ParameterError as err:
-        raise PlanError(str(err)) from None
-    semantics = _semantics_of(cfg, clusters)
-
-    # A policy's points do not depend on the trace: plan them once per policy.
-    planned: list[list[tuple[PolicyParams, int, int | None, ClusterSpec | None]]] = []
-    errors: list[tuple[dict[str, Any], ParameterError]] = []
-    for policy in policies:
-        names = prefixsim.get_policy(policy).params_type.field_names()
-        applicable = [k for k in POLICY_PARAM_KEYS if k in names]
-        for key in applicable:
-            if not param_values[key]:
-                raise PlanError(f"{key}: empty list; {policy} needs at least one value")
-        combos = itertools.product(*(param_values[k] for k in applicable))
-        combos_list = [dict(zip(applicable, c, strict=True)) for c in combos]
-        params, policy_errors = _policy_points(policy, sizes, combos_list, clusters)
-        planned.append(params)
-        errors.extend(policy_errors)
-    if errors:
-        where, first = errors[0]
-        described = " ".join(f"{k}={v}" for k, v in where.items())
-        n = len(errors) * len(traces)  # each trace's points are invalid alike
-        raise PlanError(f"{first} ({n} invalid point{'s' if n > 1 else ''}; first: {described})")
-    return [
-        GridPoint(trace, params, block_size, cache_bytes, cluster, sem)
-        for trace in traces
-        for policy_points in planned
-        for params, block_size, cache_bytes, cluster in policy_points
-        for sem in semantics
-    ]
-
-
-def _semantics_of(cfg: SweepConfig, clusters: Sequence[ClusterSpec | None]) -> list[Semantics]:
-    """The grid's semantics (:func:`sweep.semantics.grid_semantics`), refused with a router
-    whose decision reads the caches or the loads under an engine's semantics."""
-    from prefixsim.cluster.modes import check_router
-
-    semantics = grid_semantics(cfg)
-    for sem in semantics:
-        for cluster in clusters:
-            if cluster is not None:
-                check_router(sem, cluster.router)
-    return semantics
+    return grid_points(expand(cfg))
 
 
 NOT_WITH_TIERS: tuple[str, ...] = ("capacity", "cache_size", "instances", "router")
@@ -427,7 +287,7 @@ def _distinct(values: Sequence[Any] | None, default: int = 1) -> int:
 def grid_size_bound(cfg: SweepConfig) -> int:
     """How many points the grid has at most (before repeats are removed), counted from the
     lengths of its lists without building a point: a parameter a policy (or router) lacks
-    does not multiply it, as in :func:`_plan_grid` and :func:`sweep.cluster.cluster_specs`."""
+    does not multiply it, as in :func:`plan_grid` and :func:`sweep.expand.router_family`."""
     from .config import DEFAULT_CAPACITIES, ROUTER_PARAM_KEYS, TIER_LEVELS
 
     traces = _distinct(cfg.trace) * _distinct(cfg.block_size)
@@ -452,7 +312,7 @@ def grid_size_bound(cfg: SweepConfig) -> int:
             try:
                 names = get_router(name).params_type.field_names()
             except ParameterError:
-                continue  # an unknown router: cluster_specs names it
+                continue  # an unknown router: router_family names it
             combos = 1
             for key in ROUTER_PARAM_KEYS:
                 if key in names:
@@ -536,7 +396,7 @@ def _check_unused_values(cfg: SweepConfig) -> None:
     has = {k for r in unique(routers) for k in get_router(r).params_type.field_names()}
     for key in given:
         if key in has and (cfg.router is not None or cfg.instances is not None):
-            continue  # checked in the points (sweep.cluster.cluster_specs)
+            continue  # checked in the points (sweep.expand.router_family)
         for name in router_names():
             if key in get_router(name).params_type.field_names():
                 for value in unique(getattr(cfg, key)):
@@ -558,59 +418,6 @@ def check_policy_values(name: str, key: str, values: Sequence[Any]) -> None:
                         raise ParameterError(name, err.value, err.allowed) from None
 
 
-def _policy_points(
-    policy: str,
-    sizes: Sequence[tuple[Any, int, int | None]],
-    combos: list[dict[str, Any]],
-    clusters: Sequence[ClusterSpec | None],
-) -> tuple[
-    list[tuple[PolicyParams, int, int | None, ClusterSpec | None]],
-    list[tuple[dict[str, Any], ParameterError]],
-]:
-    """One policy's points of one trace, in grid order (size, then the policy's parameters, then
-    the cluster), deduplicated; and its invalid points with their errors. Each engine rule runs
-    once per distinct value (:func:`prefixsim.params_grid.make_params_grid`), not per point."""
-    capacities = unique(capacity for capacity, _, _ in sizes)
-    entries = make_params_grid(policy, capacities, combos)
-    n = len(combos)
-    row = {(type(c), c): i * n for i, c in enumerate(capacities)}  # first entry of a capacity
-    points: list[tuple[PolicyParams, int, int | None, ClusterSpec | None]] = []
-    errors: list[tuple[dict[str, Any], ParameterError]] = []
-    for capacity, block_size, cache_bytes in sizes:
-        first = row[type(capacity), capacity]
-        for j in range(n):
-            params = entries[first + j]
-            if isinstance(params, ParameterError):
-                errors.append(({"policy": policy, "capacity": capacity, **combos[j]}, params))
-                continue
-            for cluster in clusters:
-                points.append((params, block_size, cache_bytes, cluster))
-    return _deduplicated(points, prefixsim.get_policy(policy).params_type), errors
-
-
-def _deduplicated(
-    points: list[tuple[PolicyParams, int, int | None, ClusterSpec | None]],
-    params_type: type[PolicyParams],
-) -> list[tuple[PolicyParams, int, int | None, ClusterSpec | None]]:
-    """``points`` without repeats, first occurrences in order. Parameters compare by their
-    field values, as PolicyParams' == and hash do (the policy is fixed here); the markers are
-    built by C-level iteration, and usually nothing repeats."""
-    values_of = operator.attrgetter(*params_type.field_names())
-    if not points:
-        return points
-    params, block_sizes, cache_bytes, clusters = zip(*points, strict=True)
-    markers = list(zip(block_sizes, cache_bytes, clusters, map(values_of, params), strict=True))
-    if len(set(markers)) == len(markers):
-        return points
-    kept: dict[tuple[Any, ...], None] = {}
-    out = []
-    for marker, point in zip(markers, points, strict=True):
-        if marker not in kept:
-            kept[marker] = None
-            out.append(point)
-    return out
-
-
 def unused_parameters(cfg: SweepConfig) -> list[str]:
     """Policy parameters given several values that no policy of the grid has (a warning)."""
     if cfg.tiers is not None:
@@ -628,6 +435,7 @@ def unused_parameters(cfg: SweepConfig) -> list[str]:
     return out
 
 
+@gc_paused()
 def assign_points(
     grid: Sequence[GridPoint],
     shas: dict[Any, str],
@@ -642,16 +450,6 @@ def assign_points(
 
     Returns the points and the updated registry.
     """
-    with gc_paused():
-        return _assign_points(grid, shas, registry, cost_identity)
-
-
-def _assign_points(
-    grid: Sequence[GridPoint],
-    shas: dict[Any, str],
-    registry: dict[str, int],
-    cost_identity: dict[str, Any] | None,
-) -> tuple[list[Point], dict[str, int]]:
     registry = dict(registry)
     next_id = max(registry.values(), default=-1) + 1
     points: list[Point] = []

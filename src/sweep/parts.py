@@ -15,7 +15,7 @@ from .cluster import RESULT_FIELDS as CLUSTER_FIELDS
 from .config import POLICY_PARAM_KEYS
 from .costing import PER_REQUEST_COST_COLUMNS, RESULT_COST_COLUMNS, CostSetup
 from .grid import Point
-from .run import Outcome
+from .outcome import Outcome
 from .semantics import result_columns as semantics_columns
 from .store import COUNTER_COLUMNS, PART_LIST_COLUMNS, PART_SCHEMA, part_list_name
 from .tiers import hierarchy_cost_inputs, tier_columns

@@ -20,8 +20,6 @@ import dataclasses
 import logging
 import math
 import operator
-import os
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,16 +27,11 @@ from typing import Any
 import numpy as np
 
 import prefixsim
-from prefixsim import PolicyParams, Trace
-from prefixsim.semantics import Semantics
+from prefixsim import Scenario, Trace
 
-from .cluster import ClusterSpec
-from .cluster import result_columns as cluster_columns
-from .cluster import run_point as run_cluster_point
 from .config import Backend, ExecutorConfig
 from .grid import Point, gc_paused
-from .semantics import SPEC
-from .tiers import replay_point
+from .outcome import CURVE_MIN_POINTS, Item, Outcome, failure, head, replay_items
 
 log = logging.getLogger("sweep")
 
@@ -76,27 +69,6 @@ CURVE_COST_IN_REPLAYS = 8
 
 
 # --- worker side ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    """One point's result, as returned by a worker (``error`` set when it failed)."""
-
-    point_id: int
-    error: str | None = None
-    n_requests: int = 0
-    total_prompt_tokens: int = 0
-    total_hit_tokens: int = 0
-    overall_hit_rate: float = 0.0
-    final_cache_blocks: int = 0
-    counters: dict[str, int] | None = None
-    seconds: float = 0.0
-    hit_tokens: np.ndarray | None = None
-    cluster: dict[str, Any] | None = None
-    """A cluster point's columns (``sweep.cluster.RESULT_FIELDS``); None otherwise."""
-    tier_hit_tokens: np.ndarray | None = None
-    """A hierarchy point's hit tokens per tier, int64 ``[tier, request]`` (kept with the hit
-    tokens: the cost columns charge each tier's hits at its medium's bandwidth)."""
 
 
 _LOCAL_TRACES: dict[str, Trace] = {}
@@ -138,135 +110,24 @@ def clear_local_traces() -> None:
     _LOCAL_TRACES.clear()
 
 
-CURVE_MIN_POINTS = 4
-"""LRU points of one trace and block size at least this many are computed from one
-:func:`prefixsim.lru_curve` pass (which costs about four LRU replays) instead of one replay
-each; the numbers are identical either way (``tests/test_lru_curve.py``)."""
-
-
-def _outcome(
-    point_id: int, r: prefixsim.ReplayResult | prefixsim.TieredResult, per_request: bool
-) -> Outcome:
-    hit, prompt, rate = r.totals()
-    return Outcome(
-        point_id=point_id,
-        n_requests=r.n_requests,
-        total_prompt_tokens=prompt,
-        total_hit_tokens=hit,
-        overall_hit_rate=rate,
-        final_cache_blocks=r.final_cache_blocks,
-        counters=dict(r.counters),
-        seconds=r.seconds,
-        hit_tokens=r.hit_tokens if per_request else None,
-        tier_hit_tokens=(
-            r.tier_hit_tokens if per_request and isinstance(r, prefixsim.TieredResult) else None
-        ),
-    )
-
-
-def _failure(point_id: int, err: Exception) -> Outcome:
-    where = traceback.extract_tb(err.__traceback__)[-1]
-    location = f" (at {os.path.basename(where.filename)}:{where.lineno})"
-    return Outcome(point_id, error=f"{type(err).__name__}: {err}{location}")
-
-
-Item = tuple[int, PolicyParams, int, ClusterSpec | None, Semantics]
-"""A point as a worker gets it: point_id, policy parameters, block size, cluster (or None),
-semantics."""
-
-
-def _cluster_outcome(point_id: int, r: Any, per_request: bool) -> Outcome:
-    """A cluster point's outcome (a :class:`prefixsim.cluster.ClusterResult`)."""
-    hit, prompt, rate = r.totals()
-    return Outcome(
-        point_id=point_id,
-        n_requests=r.n_requests,
-        total_prompt_tokens=prompt,
-        total_hit_tokens=hit,
-        overall_hit_rate=rate,
-        final_cache_blocks=int(r.final_cache_blocks.sum()),
-        counters=r.counters,
-        seconds=r.seconds,
-        hit_tokens=r.hit_tokens if per_request else None,
-        cluster=cluster_columns(r),
-    )
-
-
-def _curve_groups(items: Sequence[Item]) -> dict[int, list[int]]:
-    """block_size -> indices into ``items`` of the LRU points worth one LRU curve."""
-    groups: dict[int, list[int]] = {}
-    for i, (_, params, block_size, cluster, semantics) in enumerate(items):
-        if params.policy == "LRU" and cluster is None and semantics == SPEC:
-            groups.setdefault(block_size, []).append(i)
-    return {b: idx for b, idx in groups.items() if len(idx) >= CURVE_MIN_POINTS}
-
-
 def _full_item(item: Item | tuple[Any, ...]) -> Item:
-    """An item with its cluster and semantics (``(point_id, params, block_size)`` and items
-    without a semantics are single caches, or clusters, under ``spec``)."""
-    if len(item) == 5:
+    """An item as a scenario: ``(point_id, params, block_size[, cluster[, semantics]])``
+    (single caches, or clusters, under ``spec`` when shorter) is ``(point_id, Scenario)``."""
+    if len(item) == 2:
         return item
-    point_id, params, block_size, *cluster = item
-    return (point_id, params, block_size, cluster[0] if cluster else None, SPEC)
+    point_id, params, block_size, *rest = item
+    return (point_id, Scenario(params, block_size, *rest))
 
 
 def run_batch(
     trace: Trace, given: Sequence[Item | tuple[Any, ...]], per_request: bool
 ) -> list[Outcome]:
-    """Replay a batch of points of one trace (runs in a worker), outcomes in ``items`` order.
-    Never raises for a point: a failure is returned with the exception's type, message and
-    location."""
+    """Replay a batch of points of one trace (runs in a worker), outcomes in ``items`` order
+    (:func:`sweep.outcome.replay_items`). Never raises for a point: a failure is returned with
+    the exception's type, message and location."""
     items = [_full_item(it) for it in given]
-    done = _replay_items(_local_trace(trace), items, per_request)
-    return [o if isinstance(o, Outcome) else _failure(items[i][0], o) for i, o in enumerate(done)]
-
-
-def _replay_items(
-    trace: Trace, items: Sequence[Item], per_request: bool
-) -> list[Outcome | Exception]:
-    """Each item's outcome, or the exception its replay raised, in ``items`` order: the one
-    dispatch of a point to the engine (an LRU curve for LRU points of one block size, a
-    cluster, a hierarchy or a policy replay), shared by the workers (:func:`run_batch`) and by
-    planning (:func:`check_items`)."""
-    out: dict[int, Outcome | Exception] = {}
-    for block_size, indices in _curve_groups(items).items():
-        try:
-            curve = prefixsim.lru_curve(trace, [items[i][1].capacity for i in indices], block_size)
-        except Exception:
-            continue  # the points are replayed one by one below, failing one by one if need be
-        for i in indices:
-            point_id, params, _, _, _ = items[i]
-            out[i] = _outcome(point_id, curve.result(params.capacity), per_request)
-    for i, (point_id, params, block_size, cluster, semantics) in enumerate(items):
-        if i in out:
-            continue
-        try:
-            if cluster is not None:
-                clustered = run_cluster_point(trace, params, block_size, cluster, semantics)
-                out[i] = _cluster_outcome(point_id, clustered, per_request)
-                continue
-            result = replay_point(trace, params, block_size, semantics)
-            out[i] = _outcome(point_id, result, per_request)
-        except Exception as err:
-            out[i] = err
-    return [out[i] for i in range(len(items))]
-
-
-def check_items(trace: Trace, items: Sequence[Item]) -> list[Outcome | Exception]:
-    """The engine's own checks of each point, before the sweep takes its run directory
-    (:mod:`sweep.engine_checks`): every item replayed exactly as a worker would
-    (:func:`_replay_items`) on the first request of ``trace`` (:func:`head`), so each refusal
-    of the engine's replay path that does not depend on the rest of the trace (a policy the
-    tier kernel does not run in that position, a size past what can be allocated...) is
-    raised now, with the engine's own message, instead of failing the run. It also loads (or
-    compiles) every kernel the points need. Returns each item's outcome (with its hit tokens)
-    or the exception its replay raised."""
-    return _replay_items(head(trace), items, True)
-
-
-def head(trace: Trace) -> Trace:
-    """The first request of ``trace`` as a trace of its own (this process's writable copy)."""
-    return _head(_local_trace(trace), 1)
+    done = replay_items(_local_trace(trace), items, per_request)
+    return [o if isinstance(o, Outcome) else failure(items[i][0], o) for i, o in enumerate(done)]
 
 
 # --- parent side ---------------------------------------------------------------------------------
@@ -278,7 +139,7 @@ class Batch:
     points: tuple[Point, ...]
 
     def items(self) -> list[Item]:
-        return [(p.point_id, p.params, p.block_size, p.cluster, p.semantics) for p in self.points]
+        return [(p.point_id, p.scenario) for p in self.points]
 
 
 @dataclass
@@ -300,9 +161,8 @@ def warm_up(traces: dict[str, Trace], points: Sequence[Point]) -> dict[str, floa
     first: dict[str, Point] = {}
     for p in points:
         first.setdefault(p.policy, p)
-    for p in first.values():
-        trace = _local_trace(traces[p.trace_sha256])
-        replay_point(_head(trace, 2_000), p.params, p.block_size)  # load or compile
+    for p in first.values():  # load or compile (as one cache, under spec: the same kernels)
+        prefixsim.run_scenario(_head(traces[p.trace_sha256]), Scenario(p.params, p.block_size))
     # Cluster points: their kernels (per policy and kind of router) on a few requests.
     warmed: set[tuple[str, bool]] = set()
     for p in points:
@@ -311,12 +171,8 @@ def warm_up(traces: dict[str, Trace], points: Sequence[Point]) -> dict[str, floa
         kind = (p.policy, p.cluster.router.router in ("least_loaded", "kv_aware"))
         if kind not in warmed:
             warmed.add(kind)
-            run_cluster_point(
-                _head(_local_trace(traces[p.trace_sha256]), 2_000),
-                p.params,
-                p.block_size,
-                p.cluster,
-            )
+            warm = Scenario(p.params, p.block_size, p.cluster)
+            prefixsim.run_scenario(_head(traces[p.trace_sha256]), warm)
     return {policy: nominal_cost(policy) for policy in first}
 
 
@@ -339,23 +195,12 @@ def runs_in_process(estimated_seconds: float, workers: int, start: float) -> boo
     return estimated_seconds <= start * workers / (workers - 1)
 
 
-def _head(trace: Trace, accesses: int) -> Trace:
-    """The first requests of ``trace`` holding about ``accesses`` block accesses (at least one
-    request, if it has any; same array types as the whole trace): ``offsets`` and
-    ``block_ids`` cut at those requests, every other array (one value per request) too."""
-    n = int(np.searchsorted(trace.offsets, accesses, side="left"))
-    n = max(min(1, trace.n_requests), min(n, trace.n_requests))
-    end = int(trace.offsets[n])
-    cut = {"offsets": n + 1, "block_ids": end}
-    arrays = {
-        f.name: a[: cut.get(f.name, n)].copy()
-        for f in dataclasses.fields(trace)
-        if isinstance(a := getattr(trace, f.name), np.ndarray)
-    }
-    n_blocks = int(arrays["block_ids"].max()) + 1 if end else 0
-    return dataclasses.replace(trace, n_blocks=n_blocks, **arrays)  # type: ignore[arg-type]
+def _head(trace: Trace) -> Trace:
+    """The first requests of this process's copy of ``trace``, about 2,000 block accesses."""
+    return head(_local_trace(trace), 2_000)
 
 
+@gc_paused()
 def plan_batches(
     points: Sequence[Point],
     traces: dict[str, Trace],
@@ -366,17 +211,6 @@ def plan_batches(
     """Split ``points`` into batches (one trace each, consecutive point ids). With automatic
     batching, the LRU points of one trace and block size form one batch of their own, which a
     worker computes from one LRU curve (see :func:`run_batch`)."""
-    with gc_paused():
-        return _plan_batches(points, traces, ex, workers, cost_per_access)
-
-
-def _plan_batches(
-    points: Sequence[Point],
-    traces: dict[str, Trace],
-    ex: ExecutorConfig,
-    workers: int,
-    cost_per_access: dict[str, float],
-) -> Plan:
     estimate = _estimates(points, traces, cost_per_access)
     by_id = operator.attrgetter("point_id")
     by_trace: dict[str, list[Point]] = {}

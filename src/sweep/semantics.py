@@ -6,23 +6,18 @@ Like a policy parameter, an option multiplies only the semantics that have it:
 ones; ``spec`` points are one per grid point whatever they give. A value no semantics of the
 grid has (``unhashed_free=back`` without ``vllm``) is refused at planning, as
 :class:`prefixsim.semantics.Semantics` refuses it, instead of running the default silently.
-Everything the sweep needs for them is here; ``grid``, ``run``, ``parts`` and the store only
-call it.
+The keys are expanded (and checked) by :func:`sweep.expand.semantics_family`; this module
+declares the result columns, the key document and the figures' labels.
 """
 
 from __future__ import annotations
 
-import difflib
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from prefixsim import ParameterError
-from prefixsim.semantics import FREE_ORDERS, SEMANTICS, Semantics
-
-from .values import unique
+from prefixsim.semantics import Semantics
 
 SEMANTICS_KEYS: tuple[str, ...] = ("semantics", "unhashed_free", "cache_output_blocks")
 """The grid keys (and the result columns) of the semantics."""
@@ -36,50 +31,6 @@ RESULT_FIELDS: tuple[pa.Field, ...] = (
 )
 """Columns of ``results.parquet``: the point's :meth:`Semantics.to_dict` (null only in results
 written before the semantics existed, which were all ``spec``)."""
-
-_APPLIES: dict[str, tuple[str, ...]] = {
-    "unhashed_free": ("vllm",),
-    "cache_output_blocks": ("vllm", "sglang"),
-}
-_DEFAULTS: dict[str, Any] = {"unhashed_free": "front", "cache_output_blocks": False}
-
-
-def _check_names(key: str, values: Sequence[Any], allowed: Sequence[str]) -> None:
-    for value in values:
-        if value not in allowed:
-            close = difflib.get_close_matches(str(value).lower(), allowed, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise ParameterError(key, value, f"expected one of {', '.join(allowed)}{hint}")
-
-
-def grid_semantics(cfg: Any) -> list[Semantics]:
-    """The semantics of a grid, in order (``semantics``, then its options), deduplicated.
-    Raises :class:`ParameterError` naming the key for a bad value, or for an option value
-    that none of the grid's semantics has."""
-    names = unique(cfg.semantics)
-    _check_names("semantics", names, SEMANTICS)
-    options = {k: unique(getattr(cfg, k)) for k in _APPLIES}
-    _check_names("unhashed_free", options["unhashed_free"], FREE_ORDERS)
-    for value in options["cache_output_blocks"]:
-        if not isinstance(value, bool):
-            raise ParameterError("cache_output_blocks", value, "expected true or false")
-    for key, values in options.items():
-        if not any(n in _APPLIES[key] for n in names) and values != [_DEFAULTS[key]]:
-            bad = next(v for v in values if v != _DEFAULTS[key])
-            raise ParameterError(
-                key,
-                bad,
-                f"applies to semantics={' or '.join(_APPLIES[key])} only, and the grid has "
-                f"semantics={','.join(names)}",
-            )
-    out: list[Semantics] = []
-    for name in names:
-        own = [k for k in _APPLIES if name in _APPLIES[k]]
-        for combo in itertools.product(*(options[k] for k in own)):
-            sem = Semantics(name, **dict(zip(own, combo, strict=True)))
-            if sem not in out:
-                out.append(sem)
-    return out
 
 
 def result_columns(semantics: Sequence[Semantics]) -> dict[str, list[Any]]:

@@ -245,7 +245,6 @@ def best_small_ratio(results: pd.DataFrame, policy: str = "S3FIFO") -> list[str]
     """Each capacity's best ``small_ratio`` (``best small_ratio: 0.6 at 16Ki blocks, ...``) and
     the capacities whose best lies at an end of the ratios swept there."""
     from .data import fix_params, param_keys
-    from .small_ratio import best_ratios
 
     rows = single_cache_rows(results)
     rows = rows[rows["policy"] == policy]
@@ -270,3 +269,26 @@ def best_small_ratio(results: pd.DataFrame, policy: str = "S3FIFO") -> list[str]
             text += f"; at {caps} blocks the best is an end of the ratios swept: widen them"
         out.append(text)
     return out
+
+
+def best_ratios(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per trace, block size and capacity of ``rows`` (one policy, its other parameters
+    fixed): the small_ratio of the highest hit rate (the smallest of equal ones), that hit
+    rate, and whether it lies at an end of the ratios swept there."""
+    out = []
+    for (sha, bs, cap), sub in rows.groupby(["trace_sha256", "block_size", "capacity"]):
+        sub = sub.sort_values("small_ratio")
+        rate = sub["overall_hit_rate"].to_numpy(dtype=float)
+        best = int(np.argmax(rate))
+        out.append(
+            {
+                "trace_sha256": sha,
+                "trace": sub["trace"].iloc[0],
+                "block_size": bs,
+                "capacity": cap,
+                "small_ratio": float(sub["small_ratio"].iloc[best]),
+                "hit_rate": float(rate[best]),
+                "at_edge": len(sub) > 2 and best in (0, len(sub) - 1) and rate[best] > rate.min(),
+            }
+        )
+    return pd.DataFrame(out)

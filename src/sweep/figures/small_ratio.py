@@ -115,29 +115,6 @@ BEST_MARKER_PT = 8.0
 BEST_LABEL = "best small_ratio"
 
 
-def best_ratios(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per trace, block size and capacity of ``rows`` (one policy, its other parameters
-    fixed): the small_ratio of the highest hit rate (the smallest of equal ones), that hit
-    rate, and whether it lies at an end of the ratios swept there."""
-    out = []
-    for (sha, bs, cap), sub in rows.groupby(["trace_sha256", "block_size", "capacity"]):
-        sub = sub.sort_values("small_ratio")
-        rate = sub["overall_hit_rate"].to_numpy(dtype=float)
-        best = int(np.argmax(rate))
-        out.append(
-            {
-                "trace_sha256": sha,
-                "trace": sub["trace"].iloc[0],
-                "block_size": bs,
-                "capacity": cap,
-                "small_ratio": float(sub["small_ratio"].iloc[best]),
-                "hit_rate": float(rate[best]),
-                "at_edge": len(sub) > 2 and best in (0, len(sub) - 1) and rate[best] > rate.min(),
-            }
-        )
-    return pd.DataFrame(out)
-
-
 def _ratio_axis(ax: Axes, ratios: Sequence[float]) -> None:
     ax.set_xlabel("small_ratio (fraction of capacity)")
     positive = [r for r in ratios if r > 0]
