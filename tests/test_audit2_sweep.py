@@ -57,6 +57,38 @@ def test_a_tier_key_is_still_accepted() -> None:
     assert len(plan_grid(SweepConfig(tiers=tiers))) == 1
 
 
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "unhashed_free=back",
+        "unhashed_free=front",  # the default, typed: still not what a hierarchy replays
+        "cache_output_blocks=true",
+        "cache_output_blocks=false",
+    ],
+)
+def test_a_semantics_option_with_tiers_is_refused(
+    cli,  # noqa: F811
+    tmp_path: Path,
+    typed: str,
+) -> None:  # type: ignore[no-untyped-def]
+    # a hierarchy replays the spec's semantics only: these options (vllm's, sglang's) were
+    # silently ignored (tiers=hbm_dram unhashed_free=back ran and wrote its point)
+    key = typed.split("=")[0]
+    line = assert_refused(
+        cli, tmp_path, ["tiers=hbm_dram", typed], f"{key}: does not apply to a hierarchy"
+    )
+    assert "tiers.LEVEL" not in line  # no tier has it either
+    assert f"remove {key}" in line
+
+
+@pytest.mark.parametrize("kw", [{"unhashed_free": ["back"]}, {"cache_output_blocks": [True]}])
+def test_the_api_refuses_a_semantics_option_with_tiers(kw: dict[str, object]) -> None:
+    tiers = TiersConfig(name="t", order=["hbm"], hbm=TierConfig(capacity=[8]))
+    cfg = SweepConfig(tiers=tiers, **kw)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=f"{next(iter(kw))}: does not apply to a hierarchy"):
+        plan_grid(cfg)
+
+
 # --- Partly 12: hardware keys and cache_tier were checked only with a model -----------------
 
 
