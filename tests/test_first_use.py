@@ -14,7 +14,7 @@ from pathlib import Path
 import numba
 import pytest
 
-from prefixsim import first_use
+from prefixsim import first_use, warm_up
 
 
 def _jitted(module: str, name: str) -> numba.core.registry.CPUDispatcher:
@@ -84,7 +84,7 @@ def test_the_warm_up_runs_every_step() -> None:
     # every step of the public API it exercises must work (one that breaks is a bug); the
     # kernels come from the cache of the test session's earlier runs, or compile here
     stream = io.StringIO()
-    assert first_use.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
+    assert warm_up.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
     assert "steps ready" in stream.getvalue().splitlines()[-1]
 
 
@@ -107,9 +107,9 @@ def test_a_step_the_engine_refuses_is_skipped_not_failed(monkeypatch: pytest.Mon
         raise prefixsim.ParameterError("policy", policy, "has no compiled kernel yet")
 
     steps = [("NOKERNEL", lambda trace: refused("NOKERNEL", trace))]
-    monkeypatch.setattr(first_use, "_steps", lambda: steps)
+    monkeypatch.setattr(warm_up, "_steps", lambda: steps)
     stream = io.StringIO()
-    assert first_use.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
+    assert warm_up.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
     assert "(NOKERNEL: no kernel to compile)" in stream.getvalue()
 
 
@@ -128,13 +128,13 @@ def test_outcomes_that_crossed_a_process_boundary_are_read_by_value(
     def fine(trace: object) -> None:
         return None
 
-    monkeypatch.setattr(first_use, "_steps", lambda: [("NOKERNEL", refused), ("FINE", fine)])
-    run_steps = first_use._run_steps
+    monkeypatch.setattr(warm_up, "_steps", lambda: [("NOKERNEL", refused), ("FINE", fine)])
+    run_steps = warm_up._run_steps
     monkeypatch.setattr(
-        first_use, "_run_steps", lambda names: pickle.loads(pickle.dumps(run_steps(names)))
+        warm_up, "_run_steps", lambda names: pickle.loads(pickle.dumps(run_steps(names)))
     )
     stream = io.StringIO()
-    assert first_use.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
+    assert warm_up.warm_up(processes=1, stream=stream) == 0, stream.getvalue()
     assert "2 of 2 steps ready (NOKERNEL: no kernel to compile)" in stream.getvalue()
 
 

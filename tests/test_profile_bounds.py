@@ -166,11 +166,15 @@ def test_derived_products_past_int64_name_their_largest_factor() -> None:
         near.with_kv_dtype("fp32")
 
 
-def test_one_block_past_int64_names_block_size() -> None:
+def test_one_block_past_int64_names_its_largest_factor() -> None:
     model = ModelProfile(**{**GQA, "layers": 1, "kv_heads": 1, "head_dim": 2**40})  # type: ignore[arg-type]
     assert model.kv_bytes_per_block(2**20) == 2 * 2**40 * 2 * 2**20
-    with pytest.raises(ParameterError, match=r"invalid block_size=4194304: one block of m"):
+    # head_dim 2**40 is the larger factor of 2**22 tokens of 2**42 bytes (the profile's fault)
+    with pytest.raises(ParameterError, match=r"invalid model.head_dim=1099511627776: one block"):
         model.kv_bytes_per_block(2**22)
+    small = ModelProfile(**{**GQA, "layers": 1, "kv_heads": 1, "head_dim": 2**10})  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match=r"invalid block_size=4611686018427387904: one blo"):
+        small.kv_bytes_per_block(2**62)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 import sys
 
 if sys.argv[1:2] == ["warm-up"]:  # python -m prefixsim warm-up: compile the kernels ahead
-    from .first_use import main as warm_up
+    from .warm_up import main as warm_up
 
     sys.exit(warm_up(sys.argv[2:]))
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from .errors import PrefixSimError
+from .errors import PrefixSimError, shown_text
 
 
 class OutputError(PrefixSimError):
@@ -29,7 +29,7 @@ class OutputError(PrefixSimError):
 
     def __init__(self, path: str | os.PathLike[str], why: str) -> None:
         self.path = os.fspath(path)
-        super().__init__(f"{self.path}: {why}")
+        super().__init__(f"{shown_text(self.path)}: {why}")  # a 100K-character path: bounded
 
 
 _KINDS = (
@@ -43,8 +43,13 @@ _KINDS = (
 
 def check_output_path(path: str | os.PathLike[str]) -> Path:
     """``path`` as a :class:`Path` if it is a regular file or a new path in an existing
-    directory; an :class:`OutputError` otherwise (nothing is written)."""
-    target = Path(path)
+    directory; an :class:`OutputError` otherwise (nothing is written). A path that ends in
+    ``/`` names a directory (``-o newdir/`` wrote a file named ``newdir``); a symbolic link is
+    followed, so the file it names is the one written (the link stays)."""
+    text = os.fspath(path)
+    if text.endswith((os.sep, os.altsep or os.sep)):
+        raise OutputError(path, "ends in '/', a directory; expected a file name")
+    target = Path(os.path.realpath(text)) if os.path.islink(text) else Path(text)
     try:
         mode = os.stat(target).st_mode  # follows a symbolic link to what it names
     except FileNotFoundError:
@@ -55,7 +60,7 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
         kind = next((why for test, why in _KINDS if test(mode)), "is not a regular file")
         raise OutputError(path, f"{kind}; expected a regular file or a new path")
     if not target.parent.is_dir():
-        raise OutputError(path, f"no such directory {str(target.parent)!r}")
+        raise OutputError(path, f"no such directory {shown_text(str(target.parent))!r}")
     return target
 
 

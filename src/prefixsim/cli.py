@@ -7,9 +7,10 @@ import json
 import sys
 from typing import Any
 
+from ._args import OneLineParser
 from ._output import check_output_path, write_text
 from .cost import capacity_from_size, check_cost, cost_report
-from .errors import ParameterError, PrefixSimError
+from .errors import ParameterError, PrefixSimError, error_line
 from .first_use import noting
 from .formats.args import add_trace_arguments, options_from_args
 from .hardware import TIERS, hardware_names, load_hardware
@@ -24,7 +25,7 @@ _S3 = S3FIFOParams(capacity=4096)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m prefixsim",
         description=(
             "Replay a JSONL trace (Mooncake hash_ids, token ids or chat messages) through a "
@@ -269,9 +270,9 @@ def _run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
     except PrefixSimError as err:
-        print(f"prefixsim: error: {err}", file=sys.stderr)
+        print(error_line("prefixsim", err), file=sys.stderr)
         return 2
     except OSError as err:
-        print(f"prefixsim: error: {err}", file=sys.stderr)
+        print(error_line("prefixsim", err), file=sys.stderr)
         return 2
     return 0

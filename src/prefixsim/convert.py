@@ -20,8 +20,9 @@ import os
 import sys
 from collections.abc import Iterator
 
+from ._args import OneLineParser
 from ._output import atomic_output, check_output_path
-from .errors import ParameterError, PrefixSimError
+from .errors import ParameterError, PrefixSimError, error_line
 from .formats.args import add_trace_arguments, options_from_args
 from .trace import Trace, load_trace
 
@@ -81,7 +82,7 @@ def check_blocks_written(trace: Trace, block_size: int | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m prefixsim.convert",
         description="Convert a token, chat or (unchained) Mooncake trace to a Mooncake trace.",
         epilog="example: python -m prefixsim.convert chats.jsonl chats.jsonl.gz --block-size 16",
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         check_blocks_written(trace, args.block_size)
         write_mooncake(trace, args.output)
     except (PrefixSimError, OSError) as err:
-        print(f"prefixsim.convert: error: {err}", file=sys.stderr)
+        print(error_line("prefixsim.convert", err), file=sys.stderr)
         return 2
     print(
         f"{args.output}: {trace.n_requests} requests, {trace.n_accesses} block accesses, "

@@ -74,6 +74,18 @@ def shown_text(text: str, limit: int = 4 * SHOWN_CHARS) -> str:
     return f"{text[:half]}...({len(text) - 2 * half} characters)...{text[-half:]}"
 
 
+ERROR_LINE_CHARS = 1000
+"""At most about this many characters of an error line's message: the last bound, at the edge,
+for a message that quotes a user's text no site bounded (a path of 100,000 characters)."""
+
+
+def error_line(prog: str, message: object) -> str:
+    """``PROG: error: MESSAGE``, one line (newlines folded) of bounded length: how every command
+    line prints a user error."""
+    text = " ".join(str(message).split())
+    return f"{prog}: error: {shown_text(text, ERROR_LINE_CHARS)}"
+
+
 class PrefixSimError(Exception):
     """An error caused by the user's input (trace file or parameters), not by a bug."""
 
@@ -92,7 +104,8 @@ class TraceError(PrefixSimError, ValueError):
         self.line = line
         self.field = field
         self.message = message
-        where = self.path if line is None else f"{self.path}:{line}"
+        path_shown = shown_text(self.path)  # a 100K-character path: bounded
+        where = path_shown if line is None else f"{path_shown}:{line}"
         what = message if field is None else f"{field}: {message}"
         super().__init__(f"{where}: {what}")
 

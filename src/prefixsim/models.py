@@ -217,13 +217,36 @@ class ModelProfile:
         per_token = self.kv_bytes_per_token(kv_dtype)
         per_block = per_token * block_size
         if per_block > INT64_MAX:
+            # Name the largest factor, as _check_product does: a profile's kv_heads of 2**40
+            # at block_size 512 is the profile's fault, not block_size's.
+            factors = self._kv_factors()
+            key = max(factors, key=lambda k: factors[k])
+            if block_size >= factors[key]:
+                raise ParameterError(
+                    "block_size",
+                    block_size,
+                    f"one block of {self.name} would pass int64 bytes (at most "
+                    f"{INT64_MAX // per_token} tokens per block at {per_token} bytes per token)",
+                )
+            given = ", ".join(f"{k}={v}" for k, v in factors.items())
             raise ParameterError(
-                "block_size",
-                block_size,
-                f"one block of {self.name} would pass int64 bytes (at most "
-                f"{INT64_MAX // per_token} tokens per block at {per_token} bytes per token)",
+                f"model.{key}",
+                factors[key],
+                f"one block of {block_size} tokens of {self.name} would pass int64 bytes "
+                f"({per_token} bytes per token: {given})",
             )
         return per_block
+
+    def _kv_factors(self) -> dict[str, int]:
+        """The profile keys one token's KV bytes multiply (:meth:`kv_bytes_per_token`)."""
+        if self.attention == "mla":
+            assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+            return {
+                "layers": self.layers,
+                "kv_lora_rank": self.kv_lora_rank,
+                "qk_rope_head_dim": self.qk_rope_head_dim,
+            }
+        return {"layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
 
     def with_kv_dtype(self, kv_dtype: str) -> ModelProfile:
         return dataclasses.replace(self, kv_dtype=kv_dtype)
@@ -276,7 +299,30 @@ def _from_dict(cls: Any, doc: Any, where: str) -> Any:
 
 
 def _names(kind: str) -> list[str]:
-    return sorted(p.stem for p in profile_dir(kind).glob("*.yaml"))
+    return profile_stems(profile_dir(kind))
+
+
+def profile_stems(folder: Path) -> list[str]:
+    """The names of the profiles in ``folder``: its regular ``*.yaml`` files (a named pipe or
+    a directory of that name is no profile, and was listed as one)."""
+    return sorted(p.stem for p in folder.glob("*.yaml") if p.is_file())
+
+
+def not_a_profile_file(path: Path) -> str | None:
+    """Why ``path``, which exists, cannot be a profile (a named pipe, a directory, a
+    device...), or None for a regular file (following a symbolic link)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    if stat.S_ISREG(mode):
+        return None
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe")]
+    kinds += [(stat.S_ISCHR, "a character device"), (stat.S_ISSOCK, "a socket")]
+    kind = next((what for test, what in kinds if test(mode)), "not a regular file")
+    return f"is {kind}; expected a regular YAML file"
 
 
 def model_names() -> list[str]:
@@ -300,8 +346,15 @@ def _read_profile(path: Path, key: str, name_or_path: str) -> Any:
             key, name_or_path, f"unreadable profile {shown_text(str(path))}: {why}"
         )
 
+    import os
+    import stat
+
     try:
-        with path.open("rb") as f:
+        # non-blocking and checked on the descriptor, as the trace readers open a trace: a
+        # named pipe put in the file's place after the checks must not hang the read
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise bad("not a regular file; expected a regular YAML file")
             raw = f.read(MAX_PROFILE_BYTES + 1)
     except OSError as err:
         raise bad(err.strerror or type(err).__name__) from None
@@ -368,8 +421,11 @@ def load_profile_doc(kind: str, name_or_path: str, key: str) -> tuple[dict[str, 
     text_path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or text_path.parent != Path("."):
         path = text_path
-        if not path.is_file():
+        if not path.exists():
             raise ParameterError(key, name_or_path, "no such profile file")
+        why = not_a_profile_file(path)
+        if why is not None:  # a named pipe was "no such profile file" (and open() would block)
+            raise ParameterError(key, name_or_path, f"{shown_text(str(path))} {why}")
     else:
         path = profile_dir(kind) / f"{name_or_path}.yaml"
         if not path.is_file():

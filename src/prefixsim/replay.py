@@ -27,6 +27,7 @@ import numpy as np
 from ._exact import MAX_BLOCK_SIZE, HitTotals
 from .engine import single
 from .errors import ParameterError
+from .first_use import noted
 from .policies import PolicyParams, ReferencePolicy, get_policy
 from .policies.base import check_int, check_state_fits
 from .semantics import Semantics, replay_arrays
@@ -122,6 +123,7 @@ def _as_trace(trace_or_path: Trace | str | os.PathLike[str]) -> Trace:
     return trace_or_path if isinstance(trace_or_path, Trace) else load_trace(trace_or_path)
 
 
+@noted  # a line on stderr while the kernels compile (first use only)
 def replay(
     trace_or_path: Trace | str | os.PathLike[str],
     policy: str = "S3FIFO",

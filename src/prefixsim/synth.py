@@ -36,6 +36,7 @@ import dataclasses
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -43,9 +44,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ._args import OneLineParser
 from ._memory import check_fits
 from ._output import atomic_output, check_output_path
-from .errors import ParameterError, PrefixSimError
+from .errors import ParameterError, PrefixSimError, error_line
 from .formats.tokens import TokenTable
 from .policies.base import check_int
 from .trace import Trace
@@ -128,7 +130,19 @@ class SynthConfig:
         if not self.system_zipf >= 0:
             raise bad("system_zipf", "expected a number >= 0 (0: uniform)")
         for name in ("turns_mean", "agent_turns_mean"):
-            if not 1.0 <= getattr(self, name) <= self.max_prompt_tokens:
+            value = getattr(self, name)
+            if not 1.0 <= value <= self.max_prompt_tokens:
+                # name the key typed: a small max_prompt_tokens under the default mean was
+                # "invalid agent_turns_mean=10.0"
+                default = SynthConfig()
+                if value == getattr(default, name) and (
+                    self.max_prompt_tokens != default.max_prompt_tokens
+                ):
+                    raise bad(
+                        "max_prompt_tokens",
+                        f"expected at least {name}={value} (a turn adds at least two tokens, "
+                        "so no session has more turns than max_prompt_tokens)",
+                    )
                 raise bad(
                     name,
                     f"expected a number in [1, max_prompt_tokens={self.max_prompt_tokens}] (a "
@@ -223,6 +237,32 @@ def _lognormal(
     return exact, np.minimum(exact, float(cap + 1)).astype(np.int64)
 
 
+_LENGTH_KEYS = ("system", "first", "followup", "agent_context", "agent_step", "answer")
+
+
+def _too_long(cfg: SynthConfig, kinds: Sequence[str], allowed: str) -> ParameterError:
+    """The error for lengths that do not fit ``max_prompt_tokens``, naming the key the user
+    changed: the length parameter (``{kind}_tokens_median`` or ``_sigma``) changed from its
+    default with the largest median, else ``max_prompt_tokens`` (a typed median of 1e18 was
+    "invalid max_prompt_tokens=131072", the default)."""
+    default = SynthConfig()
+    changed = [
+        f"{kind}_tokens_{part}"
+        for kind in sorted(kinds, key=lambda k: -getattr(cfg, f"{k}_tokens_median"))
+        for part in ("median", "sigma")
+        if getattr(cfg, f"{kind}_tokens_{part}") != getattr(default, f"{kind}_tokens_{part}")
+    ]
+    cap_typed = cfg.max_prompt_tokens != default.max_prompt_tokens
+    over_cap = any(getattr(cfg, f"{kind}_tokens_median") > cfg.max_prompt_tokens for kind in kinds)
+    if not changed or (cap_typed and not over_cap):
+        return ParameterError("max_prompt_tokens", cfg.max_prompt_tokens, allowed)
+    return ParameterError(
+        changed[0],
+        getattr(cfg, changed[0]),
+        f"{allowed} (max_prompt_tokens={cfg.max_prompt_tokens})",
+    )
+
+
 def synth_plan(cfg: SynthConfig) -> SynthPlan:
     """Draw the sessions and keep the first ``cfg.requests`` requests in arrival order."""
     cfg.check()
@@ -235,9 +275,9 @@ def synth_plan(cfg: SynthConfig) -> SynthPlan:
     )  # fmt: skip
     shortest = float(system_exact.min())
     if shortest >= cfg.max_prompt_tokens:  # a first turn adds a message of at least one token
-        raise ParameterError(
-            "max_prompt_tokens",
-            cfg.max_prompt_tokens,
+        raise _too_long(
+            cfg,
+            ["system"],
             f"no first turn fits: the shortest system prompt has {shortest:.0f} tokens, and a "
             "first message adds at least one",
         )
@@ -247,23 +287,27 @@ def synth_plan(cfg: SynthConfig) -> SynthPlan:
     # Enough sessions for the requests (more are drawn only if the cap ended many sessions).
     n_sessions = _first_sessions(cfg.requests, mean_turns)
     for _ in range(_MAX_DRAWS):
-        check_fits(
-            "max_prompt_tokens",
-            cfg.max_prompt_tokens,
-            int(_BYTES_PER_TURN * n_sessions * mean_turns),
-            f"so few turns fit within it that {n_sessions} sessions must be drawn; that",
-        )
+        try:
+            check_fits(
+                "max_prompt_tokens",
+                cfg.max_prompt_tokens,
+                int(_BYTES_PER_TURN * n_sessions * mean_turns),
+                f"so few turns fit within max_prompt_tokens that {n_sessions} sessions must be "
+                "drawn; that",
+            )
+        except ParameterError as err:
+            raise _too_long(cfg, _LENGTH_KEYS, err.allowed) from None
         plan, kept = _draw(rng, cfg, n_sessions, weights, system_tokens, mean_turns)
         if plan is not None:
             return plan
         if kept == 0 and n_sessions >= 1 << 16:
             break
         n_sessions *= 2
-    raise ParameterError(
-        "max_prompt_tokens",
-        cfg.max_prompt_tokens,
-        f"too few turns fit within it: a draw of {n_sessions} sessions kept {kept} turns, for "
-        f"{cfg.requests} requests",
+    raise _too_long(
+        cfg,
+        _LENGTH_KEYS,
+        f"too few turns fit within max_prompt_tokens: a draw of {n_sessions} sessions kept "
+        f"{kept} turns, for {cfg.requests} requests",
     )
 
 
@@ -544,7 +588,7 @@ def _integer(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m prefixsim.synth",
         description="Generate a synthetic multi-turn / agent workload as a trace file.",
         epilog="example: python -m prefixsim.synth conv.jsonl.gz --like conversation --seed 1",
@@ -588,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             check_blocks_written(trace, args.block_size)
             write_mooncake(trace, args.output)
     except (PrefixSimError, OSError) as err:
-        print(f"prefixsim.synth: error: {err}", file=sys.stderr)
+        print(error_line("prefixsim.synth", err), file=sys.stderr)
         return 2
     print(
         f"{args.output}: {plan.n_requests} requests in {plan.n_sessions} sessions",

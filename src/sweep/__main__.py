@@ -36,7 +36,13 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def _error(message: str) -> None:
-    print(f"sweep: error: {message}", file=sys.stderr)
+    try:  # one bounded line (a 100,000-character override is cut in the middle)
+        from prefixsim.errors import error_line
+
+        line = error_line("sweep", message)
+    except Exception:  # an interrupt cut the engine's import short: the message, cut
+        line = f"sweep: error: {message[:1000]}"
+    print(line, file=sys.stderr)
 
 
 def _remove_if_fresh_and_empty(path: Path, since: float) -> None:

@@ -27,7 +27,7 @@ from .backends import (
 from .config import Backend, SweepConfig
 from .engine_checks import check_with_engine
 from .expand import cost_setup
-from .grid import assign_points, plan_grid, unused_parameters
+from .grid import assign_points, check_tier_own_keys, plan_grid, unused_parameters
 from .inputs import checked_config, load_traces
 from .parts import part_table
 from .record import RunState, manifest_doc, now, start_manifest, writes_to
@@ -98,6 +98,7 @@ def _run_sweep(
     # validate everything before any work
     cfg = checked_config(cfg)
     grid = plan_grid(cfg)
+    check_tier_own_keys(cfg, overrides)  # a key typed equal to its default, too
     for key in unused_parameters(cfg):
         log.warning("%s does not apply to %s: its values are ignored", key, ", ".join(cfg.policy))
     timings["plan_seconds"] = time.perf_counter() - t_start

@@ -231,6 +231,7 @@ def _parse_error(text: str, err: Exception) -> str:
     characters outside ASCII, which the grammar takes only inside quotes."""
     odd = [c for c in text if not c.isascii()]
     key, sep, value = text.partition("=")
+    text, key, value = (overrides._short(t, 120) for t in (text, key, value))  # 100K characters
     if odd and sep:
         return (
             f"'{text}': Hydra's grammar takes characters such as {odd[0]!r} only inside quotes; "
@@ -238,7 +239,7 @@ def _parse_error(text: str, err: Exception) -> str:
         )
     first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
     return (
-        f"'{text}': Hydra cannot parse this override ({first.strip()}); see "
+        f"'{text}': Hydra cannot parse this override ({overrides._short(first.strip(), 120)}); see "
         "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"
     )
 

@@ -17,8 +17,15 @@ import numpy as np
 
 from prefixsim import ParameterError
 from prefixsim.cost import prefill_cost, prefill_cost_tiers
+from prefixsim.errors import shown_text
 from prefixsim.hardware import HardwareProfile, load_hardware
-from prefixsim.models import ModelProfile, load_model, profile_dir
+from prefixsim.models import (
+    ModelProfile,
+    load_model,
+    not_a_profile_file,
+    profile_dir,
+    profile_stems,
+)
 
 RESULT_COST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("model", "string"),
@@ -127,11 +134,14 @@ def check_profile_overrides(argv: Sequence[str], conf_dir: Path) -> None:
         if not sep or key not in ("model", "hardware") or value in ("", "null"):
             continue
         found = [d / key / f"{value}.yaml" for d in dirs] + [profile_dir(key) / f"{value}.yaml"]
-        path = next((p for p in found if p.is_file()), None)
+        path = next((p for p in found if p.exists()), None)
+        why = None if path is None else not_a_profile_file(path)
+        if why is not None:  # a named pipe of that name: said, not "unknown" (nor read)
+            raise ParameterError(key, value, f"{shown_text(str(path))} {why}")
         if path is None:
-            known = {p.stem for p in profile_dir(key).glob("*.yaml")}
+            known = set(profile_stems(profile_dir(key)))
             for d in dirs:
-                known.update(p.stem for p in (d / key).glob("*.yaml"))
+                known.update(profile_stems(d / key))
             raise ParameterError(key, value, f"unknown {key} (known: {', '.join(sorted(known))})")
         if key == "model":
             load_model(str(path), key="model")

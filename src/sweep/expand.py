@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
 from prefixsim.cost import capacity_from_size
-from prefixsim.hardware import HardwareProfile, load_hardware
+from prefixsim.hardware import TIERS, HardwareProfile, load_hardware
 from prefixsim.models import ModelProfile, load_model
 from prefixsim.params_grid import make_params_grid
 from prefixsim.semantics import FREE_ORDERS, SEMANTICS, Semantics
@@ -343,13 +343,18 @@ def as_profile(kind: str, node: Any) -> Any:
 
 def cost_setup(cfg: SweepConfig) -> CostSetup | None:
     """The engine profiles of ``cfg.model`` and ``cfg.hardware`` (None without a model).
-    A value the engine rejects is a :class:`prefixsim.ParameterError` naming the key."""
-    if cfg.model is None:
-        return None
-    model = as_profile("model", cfg.model)
+    A value the engine rejects is a :class:`prefixsim.ParameterError` naming the key: the
+    hardware and ``cache_tier`` are checked with or without a model (``hardware.mfu=1e-320``
+    or ``cache_tier=hbmm`` ran without one, unused, while a profile file with that mfu was
+    refused), so a value is refused or accepted alike whatever the other keys are."""
     hardware = as_profile("hardware", cfg.hardware)
     if hardware is not None:
         hardware.tier_bandwidth(cfg.cache_tier)  # an unknown tier fails here, naming cache_tier
+    elif cfg.cache_tier not in TIERS:
+        raise ParameterError("cache_tier", cfg.cache_tier, f"expected one of {', '.join(TIERS)}")
+    if cfg.model is None:
+        return None
+    model = as_profile("model", cfg.model)
     return CostSetup(model, hardware, cfg.cache_tier)
 
 

@@ -204,6 +204,36 @@ NOT_WITH_TIERS: tuple[str, ...] = ("capacity", "cache_size", "instances", "route
 """Keys a hierarchy's grid does not use and that are null unless given: refused with ``tiers``
 (its capacities are each tier's, and a hierarchy does not run behind a router)."""
 
+TIER_OWN_KEYS: tuple[str, ...] = ("policy", *POLICY_PARAM_KEYS)
+"""Top-level keys a hierarchy does not use and that have a default: each tier has its own
+(``tiers.LEVEL.policy``, ``tiers.LEVEL.small_ratio``, ...). Refused with ``tiers`` when given:
+a value other than the schema's default, or (from the command line) typed at all."""
+
+SPEC_ONLY_KEYS: tuple[str, ...] = ("unhashed_free", "cache_output_blocks")
+"""Top-level semantics options a hierarchy does not use (it replays the spec's semantics; no
+tier has them either): refused with ``tiers`` on the same terms as :data:`TIER_OWN_KEYS`."""
+
+
+def check_tier_own_keys(cfg: SweepConfig, overrides: Sequence[str] | None = None) -> None:
+    """Refuse a top-level :data:`TIER_OWN_KEYS` key with ``tiers``, naming it and the tier
+    key to use: it would be silently ignored (``tiers=hbm_dram policy=LRU`` ran each tier's
+    own policy). ``overrides`` (the command line's, as Hydra records them) also catch a value
+    typed equal to the default. The same for :data:`SPEC_ONLY_KEYS`, which no tier has."""
+    if cfg.tiers is None:
+        return
+    typed = {o.split("=", 1)[0].lstrip("+~") for o in overrides or () if "=" in o}
+    for key in (*TIER_OWN_KEYS, *SPEC_ONLY_KEYS):
+        if key in typed or unique(getattr(cfg, key)) != unique(_default_of(key)):
+            instead = (
+                f"each tier has its own; use tiers.LEVEL.{key} (e.g. tiers.hbm.{key}) or "
+                if key in TIER_OWN_KEYS
+                else "it replays the spec's semantics (docs/semantics.md); "
+            )
+            raise PlanError(
+                f"{key}: does not apply to a hierarchy (tiers={cfg.tiers.name or '...'}): "
+                f"{instead}remove {key}"
+            )
+
 
 def check_every_value(cfg: SweepConfig) -> None:
     """The rules every grid key follows, whether or not a point of this grid uses it: no
@@ -237,6 +267,7 @@ def check_every_value(cfg: SweepConfig) -> None:
                 "its capacities are tiers.LEVEL.capacity and it runs as one cache; remove "
                 f"{' and '.join(given)} or tiers"
             )
+    check_tier_own_keys(cfg)
     _check_unused_values(cfg)
     if cfg.tiers is not None:
         from .config import TierConfig

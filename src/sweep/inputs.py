@@ -38,6 +38,9 @@ def checked_config(cfg: SweepConfig) -> SweepConfig:
         raise ParameterError("out_dir", cfg.out_dir, "expected a directory path")
     if "${" in cfg.out_dir:  # e.g. the default, when called from Python rather than Hydra
         cfg = dataclasses.replace(cfg, out_dir=_resolve(cfg.out_dir))
+    from .lifecycle import check_not_latest
+
+    check_not_latest(cfg.out_dir)  # outputs/latest is the sweep's link
     return cfg
 
 

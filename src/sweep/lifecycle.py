@@ -87,6 +87,26 @@ def anything_kept(run_dir: RunDir) -> bool:
     return bool(run_dir.rows_in_results()) or bool(run_dir.part_files())
 
 
+def check_not_latest(out_dir: str, cwd: Path | None = None) -> None:
+    """Refuse ``out_dir=outputs/latest`` (or a folder in it) while that name is not the link (a
+    :class:`prefixsim.ParameterError` naming out_dir): the run would make it a real folder,
+    and every later run would leave it stale without a word. Through the link (a resume of
+    the newest run) it is accepted."""
+    cwd = cwd or Path.cwd()
+    link = cwd / OUTPUTS / LATEST
+    target = os.path.normpath(os.path.join(cwd, out_dir))
+    if link.is_symlink() or not (target == str(link) or target.startswith(f"{link}{os.sep}")):
+        return
+    from prefixsim import ParameterError
+
+    raise ParameterError(
+        "out_dir",
+        out_dir,
+        f"{OUTPUTS}/{LATEST} is the link to the newest run under {OUTPUTS}/, kept by the "
+        "sweep; choose another folder",
+    )
+
+
 def update_latest(run_path: Path, cwd: Path | None = None) -> Path | None:
     """Point ``outputs/latest`` at ``run_path`` when it is under ``outputs/`` of ``cwd`` (the
     current folder); returns the link, or None when it was not updated (another place; a
@@ -102,7 +122,13 @@ def update_latest(run_path: Path, cwd: Path | None = None) -> Path | None:
         return None
     link = outputs / LATEST
     if os.path.lexists(link) and not link.is_symlink():
-        return None  # a folder the user named "latest": never replaced
+        # a folder the user named "latest": never replaced, but said (it stays stale)
+        log.warning(
+            "%s is not a link (a folder or file of that name): not pointed at this run; "
+            "rename it so that it shows the newest run",
+            link,
+        )
+        return None
     target = os.path.relpath(real, root)
     tmp = outputs / f".{LATEST}.{os.getpid()}.tmp"
     try:

@@ -8,9 +8,15 @@ import difflib
 import re
 from typing import Any
 
+from prefixsim.errors import SHOWN_CHARS, shown_text
+
 
 def unknown_key(prefix: str, name: str, known: list[str]) -> str:
-    """``PREFIX.NAME: not a key of ...; did you mean PREFIX.CLOSEST?`` (one line)."""
+    """``PREFIX.NAME: not a key of ...; did you mean PREFIX.CLOSEST?`` (one line; a NAME of
+    100,000 characters is cut in the middle and not matched: difflib would take its time)."""
+    if len(name) > 4 * SHOWN_CHARS:
+        where = f"the {prefix.rstrip('.')} node" if prefix else "the sweep configuration"
+        return f"{shown_text(prefix + name)}: not a key of {where} (keys: {', '.join(known)})"
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if not close:  # a prefix or a long slip (capacityy, small): the best match above noise
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.4)

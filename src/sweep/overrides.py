@@ -173,6 +173,11 @@ def _problem(tp: Any, value: Any) -> str | None:
         return None if optional else "null is not allowed"
     if inner is bool and not isinstance(value, bool):
         return "expected true or false"
+    if inner in (int, float) and isinstance(value, str):
+        # One rule for every non-string key: a string is refused, quoted or not, as
+        # chain="true" is (OmegaConf would turn "32" into 32 and "1e3" into 1000.0), and as
+        # the engine's profile loader refuses layers: "32"
+        return "expected a number, not a string"
     try:
         OmegaConf.merge(_box(tp), {"v": value})
     except OmegaConfBaseException as err:
@@ -181,7 +186,7 @@ def _problem(tp: Any, value: Any) -> str | None:
         return f"{type(err).__name__}: {err}"
     if typing.get_origin(inner) is list and isinstance(value, list):
         (elem,) = typing.get_args(inner)
-        if _strip_optional(elem)[0] is bool:  # what OmegaConf accepts but we do not
+        if _strip_optional(elem)[0] in (bool, int, float):  # what OmegaConf accepts, not we
             return next((r for v in value if (r := _problem(elem, v)) is not None), None)
     return None
 
@@ -195,12 +200,29 @@ def check_value(key: str, tp: Any, value: Any, typed: str) -> None:
     typed = _short(typed, 120)
     if value is None:
         raise OverrideError(f"{typed}: {key} takes {_describe(tp)}, not null")
+    if isinstance(bad, str) and _unquoted_fits(expected, bad):  # "32", "true": one rule
+        raise OverrideError(
+            f"{typed}: {_short(bad)!r} is a quoted string; {key} takes {_describe(tp)} "
+            "(remove the quotes)"
+        )
     if expected is tp:  # the value as a whole
         past = "OverflowError" in (_problem(tp, value) or "")
         raise OverrideError(f"{typed}: expected {_describe(tp)}{' (past float64)' if past else ''}")
-    shown = repr(bad) if isinstance(bad, str) else _short(bad)
+    shown = repr(_short(bad)) if isinstance(bad, str) else _short(bad)
     what = _describe(_strip_optional(expected)[0])
     raise OverrideError(f"{typed}: {shown} is not {what}; {key} takes {_describe(tp)}")
+
+
+def _unquoted_fits(tp: Any, text: str) -> bool:
+    """Whether ``text`` without its quotes would be a valid ``tp`` (a number or true/false)."""
+    inner, _ = _strip_optional(tp)
+    if inner is bool:
+        return text.strip().lower() in ("true", "false")
+    try:
+        float(text) if inner is float else int(text)
+    except ValueError:
+        return False
+    return True
 
 
 ANY_GROUP = "*"

@@ -27,6 +27,7 @@ from .._exact import HitTotals
 from .._memory import check_fits
 from ..engine import single
 from ..errors import ParameterError
+from ..first_use import noted
 from ..hardware import HardwareProfile
 from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
@@ -161,6 +162,7 @@ def _as_trace(trace_or_path: Trace | str | os.PathLike[str]) -> Trace:
     return trace_or_path if isinstance(trace_or_path, Trace) else load_trace(trace_or_path)
 
 
+@noted  # a line on stderr while the kernels compile (first use only)
 def replay_cluster(
     trace_or_path: Trace | str | os.PathLike[str],
     instances: int = 4,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import ParameterError, TraceError
 from . import hashing
+from .jsonl import int_any_size
 
 FORMATS = ("mooncake", "tokens", "chat")
 """Trace formats :func:`~prefixsim.load_trace` reads."""
@@ -125,7 +126,9 @@ def detect_format(raw: bytes, display: str) -> str:
         return "mooncake"  # the Mooncake parser reports the empty file
     line_number, text = found
     try:
-        obj = json.loads(text)
+        # integers read exactly, as the readers read them: json.loads refuses one of more than
+        # 4,300 digits, and a token trace with one on its first line was taken for Mooncake
+        obj = json.loads(text, parse_int=int_any_size)
     except (ValueError, RecursionError):
         return "mooncake"  # its exact parser names the line and the JSON error
     if isinstance(obj, dict):

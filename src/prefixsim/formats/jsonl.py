@@ -146,7 +146,7 @@ def _reject_constant(name: str) -> Any:
     raise _NonFiniteNumber(name)
 
 
-def _int_any_size(text: str) -> int:
+def int_any_size(text: str) -> int:
     # int(str) refuses more than sys.get_int_max_str_digits() digits (4300 by default, 640 at
     # least); Decimal has no such limit and converts exactly.
     return int(text) if len(text) <= 640 else int(Decimal(text))
@@ -154,7 +154,7 @@ def _int_any_size(text: str) -> int:
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_object_from_pairs, parse_constant=_reject_constant)
 _HUGE_INT_DECODER = json.JSONDecoder(
-    object_pairs_hook=_object_from_pairs, parse_constant=_reject_constant, parse_int=_int_any_size
+    object_pairs_hook=_object_from_pairs, parse_constant=_reject_constant, parse_int=int_any_size
 )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import tiers as tiers_driver
+from ..first_use import noted
 from ..policies import get_policy
 from ..policies.base import check_int
 from ..replay import MAX_BLOCK_SIZE, Engine, _as_trace, check_engine
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 
+@noted  # a line on stderr while the kernels compile (first use only)
 def replay_tiers(
     trace_or_path: Trace | str | os.PathLike[str],
     tiers: Sequence[Tier | Mapping[str, Any]],
