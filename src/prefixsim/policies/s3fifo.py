@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, Protocol, cast
 
 import numpy as np
 from numba import njit
@@ -127,8 +127,18 @@ class S3FIFOParams(PolicyParams):
         return self.main_cap
 
 
-class S3FIFOReference(ReferencePolicy):
-    """Line-by-line transcription of the pseudocode in the module docstring.
+class _SMGCaps(Protocol):
+    @property
+    def small_cap(self) -> int: ...
+    @property
+    def main_cap(self) -> int: ...
+    @property
+    def ghost_cap(self) -> int: ...
+
+
+class SMGReference(ReferencePolicy):
+    """What S3FIFO and its variants (``S3FIFO_LCS``) share: the three queues, residency and a
+    tier's removal. Their admission and eviction rules differ and stay in each subclass.
 
     Each queue is an ``OrderedDict`` iterated head (oldest) to tail (newest); S and M map a block
     hash to its freq, G maps a hash to ``None``. A hash is in at most one of the three.
@@ -137,13 +147,12 @@ class S3FIFOReference(ReferencePolicy):
     counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
     removable = True
 
-    def __init__(self, params: S3FIFOParams) -> None:
+    def __init__(self, params: PolicyParams) -> None:
         super().__init__(params)
-        self.small_cap = params.small_cap
-        self.main_cap = params.main_cap
-        self.ghost_cap = params.ghost_cap
-        self.max_freq = params.max_freq
-        self.ghost_freq = params.ghost_freq
+        caps = cast(_SMGCaps, params)  # S3FIFOParams or S3FIFOLCSParams: each sizes its queues
+        self.small_cap = caps.small_cap
+        self.main_cap = caps.main_cap
+        self.ghost_cap = caps.ghost_cap
         self.S: OrderedDict[Hashable, int] = OrderedDict()
         self.M: OrderedDict[Hashable, int] = OrderedDict()
         self.G: OrderedDict[Hashable, None] = OrderedDict()
@@ -153,6 +162,23 @@ class S3FIFOReference(ReferencePolicy):
 
     def resident_count(self) -> int:
         return len(self.S) + len(self.M)  # never |G|
+
+    def remove(self, h: Hashable) -> None:
+        # A tier's removal (the block moved to a faster tier): out of S or M, no ghost entry.
+        if h in self.S:
+            del self.S[h]
+        else:
+            del self.M[h]
+
+
+class S3FIFOReference(SMGReference):
+    """Line-by-line transcription of the pseudocode in the module docstring (the queues as
+    :class:`SMGReference` keeps them)."""
+
+    def __init__(self, params: S3FIFOParams) -> None:
+        super().__init__(params)
+        self.max_freq = params.max_freq
+        self.ghost_freq = params.ghost_freq
 
     def access(self, h: Hashable) -> None:
         if h in self.S:
@@ -191,13 +217,6 @@ class S3FIFOReference(ReferencePolicy):
             self.insert_to_G(victim)
             break
         self.M[h] = freq
-
-    def remove(self, h: Hashable) -> None:
-        # Leaves S or M without a ghost entry: the block moved to a faster tier.
-        if h in self.S:
-            del self.S[h]
-        else:
-            del self.M[h]
 
     def insert_to_G(self, h: Hashable) -> None:
         if h in self.G:
