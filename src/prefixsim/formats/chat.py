@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import ParameterError, TraceError, shown, shown_text
 from . import TraceOptions
 from .sessions import check_session_id, dense_session_ids
-from .tokens import TokenTable, check_fields, check_output_length, check_timestamp
+from .tokens import TokenTable, check_fields, check_output_length, check_timestamp, wrong_value
 
 TEMPLATES: dict[str, tuple[str, str]] = {
     "chatml": ("<|im_start|>{role}\n{content}<|im_end|>\n", "<|im_start|>assistant\n"),
@@ -246,12 +246,7 @@ def _check_messages(obj: Any, display: str, line: int) -> list[dict[str, str]]:
     check_fields(obj, ("messages",), CHAT_FIELDS, display, line)
     messages = obj["messages"]
     if type(messages) is not list:
-        raise TraceError(
-            display,
-            f"expected {CHAT_FIELDS['messages']}, got {_describe(messages)}",
-            line=line,
-            field="messages",
-        )
+        raise wrong_value(display, line, "messages", CHAT_FIELDS["messages"], messages)
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             got = _describe(m)
