@@ -174,7 +174,7 @@ def tokenize(texts: list[str], tokenizer: str) -> list[np.ndarray]:
 
 def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
     """Parse uncompressed chat JSONL (BOM stripped) into a :class:`TokenTable`."""
-    from .jsonl import _decode_line
+    from .jsonl import decoded_lines
 
     template_parts(opts.chat_template)  # a bad template fails before the parse
     texts: list[str] = []
@@ -182,10 +182,7 @@ def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
     outputs: list[int] = []
     line_numbers: list[int] = []
     sessions: list[tuple[str, Any] | None] = []
-    for line_number, line in enumerate(body.split(b"\n"), start=1):
-        if not line.strip(b" \t\r"):
-            continue
-        obj = _decode_line(line, display, line_number)
+    for line_number, obj in decoded_lines(body, display):
         messages = _check_messages(obj, display, line_number)
         has_ts = "timestamp" in obj
         if timestamps and has_ts != (timestamps[0] is not None):

@@ -121,7 +121,7 @@ def _parse_fast(body: bytes) -> TokenTable | None:
 
 def _parse_slow(body: bytes, display: str) -> TokenTable:
     """Exact reference parser (stdlib json): the first invalid line raises :class:`TraceError`."""
-    from .jsonl import _decode_line
+    from .jsonl import decoded_lines
 
     timestamps: list[float] = []
     outputs: list[int] = []
@@ -129,10 +129,7 @@ def _parse_slow(body: bytes, display: str) -> TokenTable:
     tokens: list[int] = []
     line_numbers: list[int] = []
     sessions: list[tuple[str, Any] | None] = []
-    for line_number, line in enumerate(body.split(b"\n"), start=1):
-        if not line.strip(b" \t\r"):
-            continue
-        obj = _decode_line(line, display, line_number)
+    for line_number, obj in decoded_lines(body, display):
         ts, ids, out = check_token_request(obj, display, line_number)
         sessions.append(check_session_id(obj, display, line_number))
         timestamps.append(ts)
