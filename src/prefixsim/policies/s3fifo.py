@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, Protocol, cast
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -95,7 +95,25 @@ def _check_ghost_freq(max_freq: int, ghost_freq: object) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class S3FIFOParams(PolicyParams):
+class SMGParams(PolicyParams):
+    """Parameters of a policy with S3FIFO's three queues: each variant sizes S and G its own
+    way (``small_cap``, ``ghost_cap``); M always has the rest of ``capacity``."""
+
+    @property
+    def small_cap(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def main_cap(self) -> int:
+        return self.capacity - self.small_cap
+
+    @property
+    def ghost_cap(self) -> int:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class S3FIFOParams(SMGParams):
     policy: ClassVar[str] = "S3FIFO"
     small_ratio: float = 0.1
     """Fraction of ``capacity`` given to S, rounded with Python's ``round()``."""
@@ -118,22 +136,9 @@ class S3FIFOParams(PolicyParams):
         return round(self.capacity * self.small_ratio)
 
     @property
-    def main_cap(self) -> int:
-        return self.capacity - self.small_cap
-
-    @property
     def ghost_cap(self) -> int:
         # Ghost is sized like main, not like small.
         return self.main_cap
-
-
-class _SMGCaps(Protocol):
-    @property
-    def small_cap(self) -> int: ...
-    @property
-    def main_cap(self) -> int: ...
-    @property
-    def ghost_cap(self) -> int: ...
 
 
 class SMGReference(ReferencePolicy):
@@ -147,12 +152,11 @@ class SMGReference(ReferencePolicy):
     counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
     removable = True
 
-    def __init__(self, params: PolicyParams) -> None:
+    def __init__(self, params: SMGParams) -> None:
         super().__init__(params)
-        caps = cast(_SMGCaps, params)  # S3FIFOParams or S3FIFOLCSParams: each sizes its queues
-        self.small_cap = caps.small_cap
-        self.main_cap = caps.main_cap
-        self.ghost_cap = caps.ghost_cap
+        self.small_cap = params.small_cap
+        self.main_cap = params.main_cap
+        self.ghost_cap = params.ghost_cap
         self.S: OrderedDict[Hashable, int] = OrderedDict()
         self.M: OrderedDict[Hashable, int] = OrderedDict()
         self.G: OrderedDict[Hashable, None] = OrderedDict()

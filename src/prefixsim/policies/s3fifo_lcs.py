@@ -75,7 +75,7 @@ from .base import (
     register,
     zeroed_state,
 )
-from .s3fifo import SMGReference
+from .s3fifo import SMGParams, SMGReference
 
 
 def _check_ratio(name: str, upper_open: bool):
@@ -108,7 +108,7 @@ def _check_threshold(value: object) -> tuple[int]:
 
 
 @dataclass(frozen=True)
-class S3FIFOLCSParams(PolicyParams):
+class S3FIFOLCSParams(SMGParams):
     policy: ClassVar[str] = "S3FIFO_LCS"
     small_ratio: float = 0.1
     """Fraction of ``capacity`` for S, truncated: ``int(capacity * small_ratio)``."""
@@ -128,10 +128,6 @@ class S3FIFOLCSParams(PolicyParams):
     @property
     def small_cap(self) -> int:
         return int(self.capacity * self.small_ratio)  # (int64_t)cache_size * ratio, truncated
-
-    @property
-    def main_cap(self) -> int:
-        return self.capacity - self.small_cap
 
     @property
     def ghost_cap(self) -> int:
