@@ -18,7 +18,7 @@ import gzip
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ._args import OneLineParser
 from ._output import atomic_output, check_output_path
@@ -81,11 +81,32 @@ def check_blocks_written(trace: Trace, block_size: int | None) -> None:
     )
 
 
+# The trace tools (``python -m prefixsim.convert`` and ``python -m prefixsim.synth``) share
+# their command line's frame: the program name, the example, the one error line and exit
+# status 2 for bad input, and the summary on stderr (stdout stays free).
+
+
+def tool_parser(tool: str, description: str, example: str) -> argparse.ArgumentParser:
+    prog = f"python -m prefixsim.{tool}"
+    return OneLineParser(prog=prog, description=description, epilog=f"example: {prog} {example}")
+
+
+def run_tool(tool: str, work: Callable[[], str]) -> int:
+    """Run ``work`` (it returns its summary line): 0, or 2 with one line naming the error."""
+    try:
+        summary = work()
+    except (PrefixSimError, OSError) as err:
+        print(error_line(f"prefixsim.{tool}", err), file=sys.stderr)
+        return 2
+    print(summary, file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="python -m prefixsim.convert",
-        description="Convert a token, chat or (unchained) Mooncake trace to a Mooncake trace.",
-        epilog="example: python -m prefixsim.convert chats.jsonl chats.jsonl.gz --block-size 16",
+    p = tool_parser(
+        "convert",
+        "Convert a token, chat or (unchained) Mooncake trace to a Mooncake trace.",
+        "chats.jsonl chats.jsonl.gz --block-size 16",
     )
     p.add_argument("input", metavar="IN", help="trace file (.jsonl or .jsonl.gz)")
     p.add_argument("output", metavar="OUT", help="Mooncake trace to write (.jsonl or .jsonl.gz)")
@@ -98,20 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        check_output_path(args.output)  # before the parse: nothing to undo
-        trace = load_trace(args.input, block_size=args.block_size, options=options_from_args(args))
-        check_blocks_written(trace, args.block_size)
-        write_mooncake(trace, args.output)
-    except (PrefixSimError, OSError) as err:
-        print(error_line("prefixsim.convert", err), file=sys.stderr)
-        return 2
-    print(
+    return run_tool("convert", lambda: _convert(args))
+
+
+def _convert(args: argparse.Namespace) -> str:
+    check_output_path(args.output)  # before the parse: nothing to undo
+    trace = load_trace(args.input, block_size=args.block_size, options=options_from_args(args))
+    check_blocks_written(trace, args.block_size)
+    write_mooncake(trace, args.output)
+    return (
         f"{args.output}: {trace.n_requests} requests, {trace.n_accesses} block accesses, "
-        f"{trace.n_blocks} distinct blocks",
-        file=sys.stderr,
+        f"{trace.n_blocks} distinct blocks"
     )
-    return 0
 
 
 if __name__ == "__main__":

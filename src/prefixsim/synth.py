@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ._args import OneLineParser
 from ._memory import check_fits
 from ._output import atomic_output, check_output_path
-from .errors import ParameterError, PrefixSimError, error_line
+from .convert import check_blocks_written, run_tool, tool_parser, write_mooncake
+from .errors import ParameterError
 from .formats.tokens import TokenTable
 from .policies.base import check_int
 from .trace import Trace
@@ -588,10 +588,10 @@ def _integer(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="python -m prefixsim.synth",
-        description="Generate a synthetic multi-turn / agent workload as a trace file.",
-        epilog="example: python -m prefixsim.synth conv.jsonl.gz --like conversation --seed 1",
+    p = tool_parser(
+        "synth",
+        "Generate a synthetic multi-turn / agent workload as a trace file.",
+        "conv.jsonl.gz --like conversation --seed 1",
     )
     p.add_argument("output", metavar="OUT", help="trace file to write (.jsonl or .jsonl.gz)")
     p.add_argument("--like", choices=sorted(PRESETS), help="start from a preset")
@@ -616,29 +616,23 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        cfg = config_from_args(args)
-        cfg.check()
-        if args.format == "mooncake":
-            _check_block_size(args.block_size)
-        check_output_path(args.output)  # before the plan is drawn
-        plan = synth_plan(cfg)
-        if args.format == "tokens":
-            write_tokens(plan, args.output)
-        else:
-            from .convert import check_blocks_written, write_mooncake
+    return run_tool("synth", lambda: _synth(args))
 
-            trace = plan_trace(plan, args.block_size, args.output)
-            check_blocks_written(trace, args.block_size)
-            write_mooncake(trace, args.output)
-    except (PrefixSimError, OSError) as err:
-        print(error_line("prefixsim.synth", err), file=sys.stderr)
-        return 2
-    print(
-        f"{args.output}: {plan.n_requests} requests in {plan.n_sessions} sessions",
-        file=sys.stderr,
-    )
-    return 0
+
+def _synth(args: argparse.Namespace) -> str:
+    cfg = config_from_args(args)
+    cfg.check()
+    if args.format == "mooncake":
+        _check_block_size(args.block_size)
+    check_output_path(args.output)  # before the plan is drawn
+    plan = synth_plan(cfg)
+    if args.format == "tokens":
+        write_tokens(plan, args.output)
+    else:
+        trace = plan_trace(plan, args.block_size, args.output)
+        check_blocks_written(trace, args.block_size)
+        write_mooncake(trace, args.output)
+    return f"{args.output}: {plan.n_requests} requests in {plan.n_sessions} sessions"
 
 
 if __name__ == "__main__":

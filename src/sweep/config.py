@@ -317,13 +317,7 @@ class SweepConfig:
         """The trace-reading keys as the engine's ``prefixsim.formats.TraceOptions``."""
         from prefixsim.formats import TraceOptions
 
-        return TraceOptions(
-            format=self.trace_format,
-            chain=self.chain,
-            chat_template=self.chat_template,
-            tokenizer=self.tokenizer,
-            arrival_rate=self.arrival_rate,
-        )
+        return TraceOptions.from_keys(self)
 
 
 def register_configs() -> None:

@@ -18,11 +18,10 @@ from typing import Literal
 import numpy as np
 
 from ..errors import ParameterError
-from ..policies import PolicyParams
 from ..semantics import Semantics, replay_arrays
 from ..trace import Trace
 from .load import LoadModel, fcfs_kernel
-from .reference import RawCluster
+from .reference import RawCluster, Setup
 from .routers import RouterParams, get_router
 
 
@@ -64,21 +63,55 @@ def subtrace(trace: Trace, rows: np.ndarray) -> Trace:
     )
 
 
-def semantics_cluster(
+# What every static (route-first) cluster does before and after its instances' replays, in
+# every semantics and engine: one routing and one FCFS queue, so that they cannot drift apart.
+
+
+def arrival_seconds(trace: Trace) -> np.ndarray:
+    return trace.timestamps / 1000.0  # the trace's ms as seconds (the reference's division)
+
+
+def route(trace: Trace, router: RouterParams, instances: int) -> np.ndarray:
+    """The instance of each request (int32), routed before any cache is replayed."""
+    assign = get_router(router.router).assign
+    return np.asarray(assign(router, instances, trace), np.int32)
+
+
+def static_queue(
     trace: Trace,
-    params: PolicyParams,
-    block_size: int,
+    instance: np.ndarray,
+    hits: np.ndarray,
     instances: int,
-    router: RouterParams,
     load: LoadModel | None,
-    semantics: Semantics,
-    engine: str,
+    block_size: int,
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """``(delay, prefill, service)`` of the FCFS queue over the routed requests and their
+    hits (all None without a load model)."""
+    if load is None:
+        return None, None, None
+    return fcfs_kernel(
+        arrival_seconds(trace),
+        instance,
+        trace.input_lengths,
+        hits,
+        trace.output_lengths,
+        instances,
+        load.decode_seconds_per_token,
+        load.constants(block_size),
+    )
+
+
+def semantics_cluster(
+    trace: Trace, setup: Setup, semantics: Semantics, engine: str
 ) -> tuple[RawCluster, Literal["kernel", "reference"]]:
     """Route first, then each instance's sub-trace as one cache under ``semantics``;
-    ``(the cluster's raw result, the engine that ran)``."""
+    ``(the cluster's raw result, the engine that ran)``. Takes the :class:`Setup` the spec
+    paths take (``cluster.replay`` and ``cluster.reference``)."""
+    params, block_size, instances, router, load = (
+        setup.params, setup.block_size, setup.instances, setup.router, setup.load,
+    )  # fmt: skip
     check_router(semantics, router)
-    assign = get_router(router.router).assign
-    instance = np.asarray(assign(router, instances, trace), np.int32)
+    instance = route(trace, router, instances)
     hits = np.zeros(trace.n_requests, np.int64)
     finals: list[int] = []
     counters: list[dict[str, int]] = []
@@ -91,16 +124,5 @@ def semantics_cluster(
         hits[rows] = sub_hits
         finals.append(int(final))
         counters.append(cnt)
-    delay = prefill = service = None
-    if load is not None:
-        delay, prefill, service = fcfs_kernel(
-            trace.timestamps / 1000.0,  # the trace's ms as seconds, as the other paths
-            instance,
-            trace.input_lengths,
-            hits,
-            trace.output_lengths,
-            instances,
-            load.decode_seconds_per_token,
-            load.constants(block_size),
-        )
+    delay, prefill, service = static_queue(trace, instance, hits, instances, load, block_size)
     return RawCluster(instance, hits, delay, prefill, service, finals, counters), ran

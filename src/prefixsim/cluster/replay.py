@@ -36,8 +36,8 @@ from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
 from ..semantics import Semantics
 from ..trace import Trace, load_trace
 from . import driver as cluster_driver
-from .load import LoadModel, fcfs_kernel, split_subtraces
-from .modes import check_router, semantics_cluster
+from .load import LoadModel, split_subtraces
+from .modes import arrival_seconds, check_router, route, semantics_cluster, static_queue
 from .reference import RawCluster, Setup, reference_cluster
 from .routers import RouterParams, get_router, make_router
 
@@ -286,9 +286,7 @@ def replay_cluster_params(
     spec = get_router(router.router)
     start = time.perf_counter()
     if sem.name != "spec":
-        raw, engine = semantics_cluster(
-            trace, params, block_size, instances, router, load, sem, engine
-        )
+        raw, engine = semantics_cluster(trace, setup, sem, engine)
     elif engine == "reference":
         raw = reference_cluster(trace, setup)
     elif spec.assign is not None:
@@ -326,16 +324,11 @@ def replay_cluster_params(
     )
 
 
-def _arrival_seconds(trace: Trace) -> np.ndarray:
-    return trace.timestamps / 1000.0  # the trace's ms as seconds (the reference's division)
-
-
 def _static_cluster(trace: Trace, setup: Setup) -> RawCluster:
     """Route first, then each instance's sub-trace through the single-cache replay."""
     spec = get_policy(setup.params.policy)
     instances, block_size, load = setup.instances, setup.block_size, setup.load
-    assign = get_router(setup.router.router).assign
-    instance = np.asarray(assign(setup.router, instances, trace), np.int32)
+    instance = route(trace, setup.router, instances)
     hits = np.zeros(trace.n_requests, np.int64)
     finals: list[int] = []
     counters: list[dict[str, int]] = []
@@ -359,18 +352,7 @@ def _static_cluster(trace: Trace, setup: Setup) -> RawCluster:
         hits[rows] = sub_hits
         finals.append(final)
         counters.append(sub_counters)
-    delay = prefill = service = None
-    if load is not None:
-        delay, prefill, service = fcfs_kernel(
-            _arrival_seconds(trace),
-            instance,
-            trace.input_lengths,
-            hits,
-            trace.output_lengths,
-            instances,
-            load.decode_seconds_per_token,
-            load.constants(block_size),
-        )
+    delay, prefill, service = static_queue(trace, instance, hits, instances, load, block_size)
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)
 
 
@@ -383,7 +365,7 @@ def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
         spec.compiled_steps(),
         setup.params,
         trace,
-        _arrival_seconds(trace),
+        arrival_seconds(trace),
         setup.block_size,
         instances,
         get_router(setup.router.router).kernel_code,

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 from numba import njit
 
+from .._registry import check_new, look_up
 from ..errors import ParameterError
 from ..policies.base import check_int, ix
 from ..trace import Trace
@@ -123,10 +124,7 @@ _REGISTRY: dict[str, RouterSpec] = {}
 
 
 def register_router(spec: RouterSpec) -> RouterSpec:
-    if spec.name in _REGISTRY:
-        raise ValueError(f"router {spec.name!r} is already registered")
-    if spec.params_type.router != spec.name:
-        raise ValueError(f"{spec.params_type.__name__}.router must be {spec.name!r}")
+    check_new(_REGISTRY, spec, "router")
     if (spec.assign is None) == (spec.kernel_code < 0):
         raise ValueError(f"router {spec.name!r}: exactly one of assign and kernel_code")
     _REGISTRY[spec.name] = spec
@@ -138,11 +136,7 @@ def router_names() -> tuple[str, ...]:
 
 
 def get_router(name: object) -> RouterSpec:
-    try:
-        return _REGISTRY[name]  # type: ignore[index]
-    except (KeyError, TypeError):
-        allowed = f"expected one of {', '.join(router_names())}"
-        raise ParameterError("router", name, allowed) from None
+    return look_up(_REGISTRY, name, "router", router_names())
 
 
 def make_router(router: str = "round_robin", **router_params: Any) -> RouterParams:

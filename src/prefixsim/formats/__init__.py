@@ -17,6 +17,7 @@ import hashlib
 import json
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ParameterError, TraceError
 from . import hashing
@@ -75,6 +76,19 @@ class TraceOptions:
                 rate,
                 f"expected requests per second in [{MIN_ARRIVAL_RATE:g}, {MAX_ARRIVAL_RATE:g}]",
             )
+
+    @classmethod
+    def from_keys(cls, keys: Any) -> TraceOptions:
+        """The options from an object with the trace-reading keys as attributes, named alike
+        everywhere a user gives them: the command line's parsed arguments (``formats.args``)
+        and the sweep's config (``trace_format`` is the key of ``format``)."""
+        return cls(
+            format=keys.trace_format,
+            chain=keys.chain,
+            chat_template=keys.chat_template,
+            tokenizer=keys.tokenizer,
+            arrival_rate=keys.arrival_rate,
+        )
 
 
 def first_line(raw: bytes, display: str) -> tuple[int, bytes] | None:

@@ -42,10 +42,4 @@ def add_trace_arguments(p: argparse.ArgumentParser, *, format_flag: str = "--for
 
 
 def options_from_args(args: argparse.Namespace) -> TraceOptions:
-    return TraceOptions(
-        format=args.trace_format,
-        chain=args.chain,
-        chat_template=args.chat_template,
-        tokenizer=args.tokenizer,
-        arrival_rate=args.arrival_rate,
-    )
+    return TraceOptions.from_keys(args)

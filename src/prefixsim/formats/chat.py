@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import ParameterError, TraceError, shown, shown_text
 from . import TraceOptions
 from .sessions import check_session_id, dense_session_ids
-from .tokens import TokenTable, check_fields, check_output_length, check_timestamp
+from .tokens import TokenTable, check_fields, check_output_length, check_timestamp, wrong_value
 
 TEMPLATES: dict[str, tuple[str, str]] = {
     "chatml": ("<|im_start|>{role}\n{content}<|im_end|>\n", "<|im_start|>assistant\n"),
@@ -174,7 +174,7 @@ def tokenize(texts: list[str], tokenizer: str) -> list[np.ndarray]:
 
 def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
     """Parse uncompressed chat JSONL (BOM stripped) into a :class:`TokenTable`."""
-    from .jsonl import _decode_line
+    from .jsonl import decoded_lines
 
     template_parts(opts.chat_template)  # a bad template fails before the parse
     texts: list[str] = []
@@ -182,10 +182,7 @@ def parse_chat(body: bytes, display: str, opts: TraceOptions) -> TokenTable:
     outputs: list[int] = []
     line_numbers: list[int] = []
     sessions: list[tuple[str, Any] | None] = []
-    for line_number, line in enumerate(body.split(b"\n"), start=1):
-        if not line.strip(b" \t\r"):
-            continue
-        obj = _decode_line(line, display, line_number)
+    for line_number, obj in decoded_lines(body, display):
         messages = _check_messages(obj, display, line_number)
         has_ts = "timestamp" in obj
         if timestamps and has_ts != (timestamps[0] is not None):
@@ -246,12 +243,7 @@ def _check_messages(obj: Any, display: str, line: int) -> list[dict[str, str]]:
     check_fields(obj, ("messages",), CHAT_FIELDS, display, line)
     messages = obj["messages"]
     if type(messages) is not list:
-        raise TraceError(
-            display,
-            f"expected {CHAT_FIELDS['messages']}, got {_describe(messages)}",
-            line=line,
-            field="messages",
-        )
+        raise wrong_value(display, line, "messages", CHAT_FIELDS["messages"], messages)
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             got = _describe(m)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -156,6 +156,14 @@ _DECODER = json.JSONDecoder(object_pairs_hook=_object_from_pairs, parse_constant
 _HUGE_INT_DECODER = json.JSONDecoder(
     object_pairs_hook=_object_from_pairs, parse_constant=_reject_constant, parse_int=int_any_size
 )
+
+
+def decoded_lines(body: bytes, display: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, decoded object)`` of each non-blank line in order: the exact line loop
+    of the token and chat parsers (the first line that is no JSON value raises)."""
+    for line_number, line in enumerate(body.split(b"\n"), start=1):
+        if line.strip(b" \t\r"):
+            yield line_number, _decode_line(line, display, line_number)
 
 
 def _decode_line(line: bytes, display: str, line_number: int) -> Any:

@@ -121,7 +121,7 @@ def _parse_fast(body: bytes) -> TokenTable | None:
 
 def _parse_slow(body: bytes, display: str) -> TokenTable:
     """Exact reference parser (stdlib json): the first invalid line raises :class:`TraceError`."""
-    from .jsonl import _decode_line
+    from .jsonl import decoded_lines
 
     timestamps: list[float] = []
     outputs: list[int] = []
@@ -129,10 +129,7 @@ def _parse_slow(body: bytes, display: str) -> TokenTable:
     tokens: list[int] = []
     line_numbers: list[int] = []
     sessions: list[tuple[str, Any] | None] = []
-    for line_number, line in enumerate(body.split(b"\n"), start=1):
-        if not line.strip(b" \t\r"):
-            continue
-        obj = _decode_line(line, display, line_number)
+    for line_number, obj in decoded_lines(body, display):
         ts, ids, out = check_token_request(obj, display, line_number)
         sessions.append(check_session_id(obj, display, line_number))
         timestamps.append(ts)
@@ -154,8 +151,17 @@ def _parse_slow(body: bytes, display: str) -> TokenTable:
     )
 
 
-def check_timestamp(obj: dict[str, Any], display: str, line: int) -> float:
+def wrong_value(display: str, line: int, field: str, expected: str, value: Any) -> TraceError:
+    """The error for a field of the wrong type or range, worded the same in every format:
+    ``expected <what the format asks>, got <the JSON value there>``."""
     from .jsonl import _describe
+
+    return TraceError(
+        display, f"expected {expected}, got {_describe(value)}", line=line, field=field
+    )
+
+
+def check_timestamp(obj: dict[str, Any], display: str, line: int) -> float:
 
     ts = obj["timestamp"]
     expected = TOKEN_FIELDS["timestamp"]
@@ -165,9 +171,7 @@ def check_timestamp(obj: dict[str, Any], display: str, line: int) -> float:
         except OverflowError:
             ts = float("inf")
     elif type(ts) is not float:
-        raise TraceError(
-            display, f"expected {expected}, got {_describe(ts)}", line=line, field="timestamp"
-        )
+        raise wrong_value(display, line, "timestamp", expected, ts)
     if not np.isfinite(ts):
         raise TraceError(
             display, f"expected {expected}, got a number too large", line=line, field="timestamp"
@@ -176,18 +180,13 @@ def check_timestamp(obj: dict[str, Any], display: str, line: int) -> float:
 
 
 def check_output_length(obj: dict[str, Any], display: str, line: int) -> int:
-    from .jsonl import _describe
 
     value = obj.get("output_length")
     if value is None:
         return 0
     if type(value) is not int or not 0 <= value <= INT64_MAX:
-        raise TraceError(
-            display,
-            f"expected a non-negative integer (output tokens), got {_describe(value)}",
-            line=line,
-            field="output_length",
-        )
+        expected = "a non-negative integer (output tokens)"
+        raise wrong_value(display, line, "output_length", expected, value)
     return value
 
 
@@ -221,12 +220,7 @@ def check_token_request(obj: Any, display: str, line: int) -> tuple[float, list[
     ts = check_timestamp(obj, display, line)
     ids = obj["token_ids"]
     if type(ids) is not list:
-        raise TraceError(
-            display,
-            f"expected {TOKEN_FIELDS['token_ids']}, got {_describe(ids)}",
-            line=line,
-            field="token_ids",
-        )
+        raise wrong_value(display, line, "token_ids", TOKEN_FIELDS["token_ids"], ids)
     for i, t in enumerate(ids):
         if type(t) is not int or not 0 <= t <= INT64_MAX:
             raise TraceError(

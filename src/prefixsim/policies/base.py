@@ -46,6 +46,7 @@ import numpy as np
 
 from .._exact import INT64_MAX
 from .._memory import check_fits
+from .._registry import check_new, look_up
 from ..engine.steps import Steps
 from ..engine.steps import ix as ix  # every kernel and step indexes with it
 from ..engine.steps import zeroed_state as zeroed_state
@@ -359,10 +360,7 @@ _REGISTRY: dict[str, PolicySpec] = {}
 
 def register(spec: PolicySpec) -> PolicySpec:
     """Make ``spec`` a policy of every composition, by its name."""
-    if spec.name in _REGISTRY:
-        raise ValueError(f"policy {spec.name!r} is already registered")
-    if spec.params_type.policy != spec.name:
-        raise ValueError(f"{spec.params_type.__name__}.policy must be {spec.name!r}")
+    check_new(_REGISTRY, spec, "policy")
     state = None if spec.steps is None else spec.steps.state
     for other in _REGISTRY.values():
         if state is not None and other.steps is not None and other.steps.state is state:
@@ -403,8 +401,4 @@ def policy_names() -> tuple[str, ...]:
 
 
 def get_policy(name: object) -> PolicySpec:
-    try:
-        return _REGISTRY[name]  # type: ignore[index]
-    except (KeyError, TypeError):
-        allowed = f"expected one of {', '.join(policy_names())}"
-        raise ParameterError("policy", name, allowed) from None
+    return look_up(_REGISTRY, name, "policy", policy_names())

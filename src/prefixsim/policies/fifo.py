@@ -16,7 +16,6 @@ Counters: ``block_hits`` (access found h resident), ``evictions``.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -25,8 +24,8 @@ import numpy as np
 
 from ..engine.lists import link_bytes
 from ..engine.steps import Space, Steps
-from .base import PolicyParams, PolicySpec, ReferencePolicy, register
-from .lru import lru_admit, lru_is_resident, lru_remove, lru_state
+from .base import PolicyParams, PolicySpec, register
+from .lru import LRUReference, lru_admit, lru_is_resident, lru_remove, lru_state
 
 
 @dataclass(frozen=True)
@@ -34,33 +33,13 @@ class FIFOParams(PolicyParams):
     policy: ClassVar[str] = "FIFO"
 
 
-class FIFOReference(ReferencePolicy):
-    """``queue`` is ordered from the oldest (head) to the newest (tail) insertion."""
+class FIFOReference(LRUReference):
+    """FIFO is LRU without the move on a hit (as its steps below are LRU's): ``cache`` is then
+    ordered from the oldest (head) to the newest (tail) insertion, and the LRU end that a miss
+    evicts is the oldest inserted."""
 
-    removable = True
-
-    def __init__(self, params: FIFOParams) -> None:
-        super().__init__(params)
-        self.capacity = params.capacity
-        self.queue: OrderedDict[Hashable, None] = OrderedDict()
-
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.queue
-
-    def resident_count(self) -> int:
-        return len(self.queue)
-
-    def access(self, h: Hashable) -> None:
-        if h in self.queue:
-            self.counters["block_hits"] += 1
-            return  # a hit changes nothing
-        if len(self.queue) >= self.capacity:
-            victim, _ = self.queue.popitem(last=False)
-            self.evicted(victim)
-        self.queue[h] = None
-
-    def remove(self, h: Hashable) -> None:
-        del self.queue[h]  # the others keep their insertion order
+    def refresh(self, h: Hashable) -> None:
+        return None  # a hit changes nothing
 
 
 # --- steps ----------------------------------------------------------------------------------

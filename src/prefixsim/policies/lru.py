@@ -37,7 +37,7 @@ class LRUReference(ReferencePolicy):
 
     removable = True
 
-    def __init__(self, params: LRUParams) -> None:
+    def __init__(self, params: PolicyParams) -> None:  # FIFOParams too: capacity only
         super().__init__(params)
         self.capacity = params.capacity
         self.cache: OrderedDict[Hashable, None] = OrderedDict()
@@ -51,15 +51,19 @@ class LRUReference(ReferencePolicy):
     def access(self, h: Hashable) -> None:
         if h in self.cache:
             self.counters["block_hits"] += 1
-            self.cache.move_to_end(h)
+            self.refresh(h)
             return
         if len(self.cache) >= self.capacity:
             victim, _ = self.cache.popitem(last=False)
             self.evicted(victim)
         self.cache[h] = None
 
+    def refresh(self, h: Hashable) -> None:
+        """What a hit does to the order: LRU makes ``h`` the most recently used."""
+        self.cache.move_to_end(h)
+
     def remove(self, h: Hashable) -> None:
-        del self.cache[h]
+        del self.cache[h]  # the others keep their order
 
 
 # --- steps ----------------------------------------------------------------------------------

@@ -95,7 +95,25 @@ def _check_ghost_freq(max_freq: int, ghost_freq: object) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class S3FIFOParams(PolicyParams):
+class SMGParams(PolicyParams):
+    """Parameters of a policy with S3FIFO's three queues: each variant sizes S and G its own
+    way (``small_cap``, ``ghost_cap``); M always has the rest of ``capacity``."""
+
+    @property
+    def small_cap(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def main_cap(self) -> int:
+        return self.capacity - self.small_cap
+
+    @property
+    def ghost_cap(self) -> int:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class S3FIFOParams(SMGParams):
     policy: ClassVar[str] = "S3FIFO"
     small_ratio: float = 0.1
     """Fraction of ``capacity`` given to S, rounded with Python's ``round()``."""
@@ -118,17 +136,14 @@ class S3FIFOParams(PolicyParams):
         return round(self.capacity * self.small_ratio)
 
     @property
-    def main_cap(self) -> int:
-        return self.capacity - self.small_cap
-
-    @property
     def ghost_cap(self) -> int:
         # Ghost is sized like main, not like small.
         return self.main_cap
 
 
-class S3FIFOReference(ReferencePolicy):
-    """Line-by-line transcription of the pseudocode in the module docstring.
+class SMGReference(ReferencePolicy):
+    """What S3FIFO and its variants (``S3FIFO_LCS``) share: the three queues, residency and a
+    tier's removal. Their admission and eviction rules differ and stay in each subclass.
 
     Each queue is an ``OrderedDict`` iterated head (oldest) to tail (newest); S and M map a block
     hash to its freq, G maps a hash to ``None``. A hash is in at most one of the three.
@@ -137,13 +152,11 @@ class S3FIFOReference(ReferencePolicy):
     counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
     removable = True
 
-    def __init__(self, params: S3FIFOParams) -> None:
+    def __init__(self, params: SMGParams) -> None:
         super().__init__(params)
         self.small_cap = params.small_cap
         self.main_cap = params.main_cap
         self.ghost_cap = params.ghost_cap
-        self.max_freq = params.max_freq
-        self.ghost_freq = params.ghost_freq
         self.S: OrderedDict[Hashable, int] = OrderedDict()
         self.M: OrderedDict[Hashable, int] = OrderedDict()
         self.G: OrderedDict[Hashable, None] = OrderedDict()
@@ -153,6 +166,23 @@ class S3FIFOReference(ReferencePolicy):
 
     def resident_count(self) -> int:
         return len(self.S) + len(self.M)  # never |G|
+
+    def remove(self, h: Hashable) -> None:
+        # A tier's removal (the block moved to a faster tier): out of S or M, no ghost entry.
+        if h in self.S:
+            del self.S[h]
+        else:
+            del self.M[h]
+
+
+class S3FIFOReference(SMGReference):
+    """Line-by-line transcription of the pseudocode in the module docstring (the queues as
+    :class:`SMGReference` keeps them)."""
+
+    def __init__(self, params: S3FIFOParams) -> None:
+        super().__init__(params)
+        self.max_freq = params.max_freq
+        self.ghost_freq = params.ghost_freq
 
     def access(self, h: Hashable) -> None:
         if h in self.S:
@@ -191,13 +221,6 @@ class S3FIFOReference(ReferencePolicy):
             self.insert_to_G(victim)
             break
         self.M[h] = freq
-
-    def remove(self, h: Hashable) -> None:
-        # Leaves S or M without a ghost entry: the block moved to a faster tier.
-        if h in self.S:
-            del self.S[h]
-        else:
-            del self.M[h]
 
     def insert_to_G(self, h: Hashable) -> None:
         if h in self.G:

@@ -56,7 +56,6 @@ Counters: ``block_hits``, ``evictions`` (blocks leaving S ∪ M), ``ghost_hits``
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -68,16 +67,15 @@ from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, to_t
 from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
 from .base import (
-    COMMON_COUNTERS,
     Check,
     PolicyParams,
     PolicySpec,
-    ReferencePolicy,
     check_int,
     ix,
     register,
     zeroed_state,
 )
+from .s3fifo import SMGParams, SMGReference
 
 
 def _check_ratio(name: str, upper_open: bool):
@@ -110,7 +108,7 @@ def _check_threshold(value: object) -> tuple[int]:
 
 
 @dataclass(frozen=True)
-class S3FIFOLCSParams(PolicyParams):
+class S3FIFOLCSParams(SMGParams):
     policy: ClassVar[str] = "S3FIFO_LCS"
     small_ratio: float = 0.1
     """Fraction of ``capacity`` for S, truncated: ``int(capacity * small_ratio)``."""
@@ -132,37 +130,19 @@ class S3FIFOLCSParams(PolicyParams):
         return int(self.capacity * self.small_ratio)  # (int64_t)cache_size * ratio, truncated
 
     @property
-    def main_cap(self) -> int:
-        return self.capacity - self.small_cap
-
-    @property
     def ghost_cap(self) -> int:
         return int(self.capacity * self.ghost_ratio)
 
 
-class S3FIFOLCSReference(ReferencePolicy):
-    """The pseudocode of the module docstring; S and M map a hash to its freq, head first."""
-
-    counter_names = (*COMMON_COUNTERS, "ghost_hits", "promotions")
-    removable = True
+class S3FIFOLCSReference(SMGReference):
+    """The pseudocode of the module docstring, over :class:`SMGReference`'s queues (S and M map
+    a hash to its freq, head first)."""
 
     def __init__(self, params: S3FIFOLCSParams) -> None:
         super().__init__(params)
         self.capacity = params.capacity
-        self.small_cap = params.small_cap
-        self.main_cap = params.main_cap
-        self.ghost_cap = params.ghost_cap
         self.threshold = params.move_to_main_threshold
-        self.S: OrderedDict[Hashable, int] = OrderedDict()
-        self.M: OrderedDict[Hashable, int] = OrderedDict()
-        self.G: OrderedDict[Hashable, None] = OrderedDict()
         self.has_evicted = False
-
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.S or h in self.M
-
-    def resident_count(self) -> int:
-        return len(self.S) + len(self.M)
 
     def access(self, h: Hashable) -> None:
         hit_on_ghost = False
@@ -216,13 +196,6 @@ class S3FIFOLCSReference(ReferencePolicy):
                 continue
             self.evicted(victim)
             return
-
-    def remove(self, h: Hashable) -> None:
-        # A tier's removal (the block moved to a faster tier): out of S or M, no ghost entry.
-        if h in self.S:
-            del self.S[h]
-        else:
-            del self.M[h]
 
 
 # --- steps ----------------------------------------------------------------------------------
