@@ -19,6 +19,10 @@ run: setup  ## set up, run the default sweep on the bundled trace, then compile 
 	$(PYTHON) -m prefixsim warm-up
 
 test: setup-dev  ## lint and type-check, then the whole test suite (what CI runs)
+	@# The suite compiles a numba driver per policy and composition on first use, on one core:
+	@# a warm-up on the other core compiles the common ones ahead into numba's disk cache
+	@# (harmless if it loses a race: the test compiles that one itself).
+	@($(PYTHON) -m prefixsim warm-up --processes 1 >"$${TMPDIR:-/tmp}/prefixsim-test-warm-up.log" 2>&1 &)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
