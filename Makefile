@@ -3,7 +3,7 @@ PYTHON ?= python3
 
 # What testing needs beyond running (the "dev" extra), checked by importing it: a `make test`
 # with everything installed starts at once, without a pip run.
-DEV_MODULES = pytest hypothesis mypy ruff dask distributed tokenizers hydra_plugins.hydra_joblib_launcher
+DEV_MODULES = pytest xdist hypothesis mypy ruff dask distributed tokenizers hydra_plugins.hydra_joblib_launcher
 
 .PHONY: setup setup-dev run test typecheck bench
 
@@ -19,14 +19,12 @@ run: setup  ## set up, run the default sweep on the bundled trace, then compile 
 	$(PYTHON) -m prefixsim warm-up
 
 test: setup-dev  ## lint and type-check, then the whole test suite (what CI runs)
-	@# The suite compiles a numba driver per policy and composition on first use, on one core:
-	@# a warm-up on the other core compiles the common ones ahead into numba's disk cache
-	@# (harmless if it loses a race: the test compiles that one itself).
-	@($(PYTHON) -m prefixsim warm-up --processes 1 >"$${TMPDIR:-/tmp}/prefixsim-test-warm-up.log" 2>&1 &)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest
+	@# Two workers, a file each at a time (a file's tests share their fixtures and ports): the
+	@# suite compiles a numba driver per policy and composition, on one core it took past 20 min.
+	$(PYTHON) -m pytest -n 2 --dist loadfile
 
 typecheck:
 	$(PYTHON) -m mypy
