@@ -24,7 +24,8 @@ test: setup-dev  ## lint and type-check, then the whole test suite (what CI runs
 	$(PYTHON) -m mypy
 	@# Two workers, a file each at a time (a file's tests share their fixtures and ports): the
 	@# suite compiles a numba driver per policy and composition, on one core it took past 20 min.
-	$(PYTHON) -m pytest -n 2 --dist loadfile
+	@# (pytest-benchmark, if installed, refuses xdist with a warning, which the settings make an error.)
+	$(PYTHON) -m pytest -n 2 --dist loadfile -p no:benchmark
 
 typecheck:
 	$(PYTHON) -m mypy
