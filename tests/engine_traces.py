@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import make_trace
 from prefixsim import Trace
+from prefixsim.oracles import vllm_v1
 from prefixsim.policies import PolicyParams
 from prefixsim.semantics import Semantics
 from strategies import conversations, policy_params
@@ -161,3 +162,14 @@ def mode_point(
     capacity = max(need, 1) + (sem.name == "vllm") + draw(st.integers(0, 12))
     params = draw(policy_params(draw(st.sampled_from(policies)), capacity))
     return case.trace(), bs, params, sem
+
+
+def vllm_oracle(case: EngineCase, capacity: int, sem: Semantics) -> vllm_v1.OracleResult:
+    """The vLLM oracle's replay of a :func:`vllm_point` draw (its free order, its outputs)."""
+    return vllm_v1.replay(
+        case.requests,
+        capacity,
+        case.block_size,
+        unhashed_free=sem.unhashed_free,
+        output_lengths=case.outputs if sem.cache_output_blocks else None,
+    )

@@ -18,7 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_traces import EngineCase, engine_requests, engine_trace, sglang_point, vllm_point
+from engine_traces import (
+    EngineCase,
+    engine_requests,
+    engine_trace,
+    sglang_point,
+    vllm_oracle,
+    vllm_point,
+)
 from prefixsim import make_params
 from prefixsim.oracles import sglang_radix, vllm_v1
 from prefixsim.semantics import Semantics, reference_replay
@@ -94,13 +101,7 @@ def test_vllm_duplicate_is_counted() -> None:
 @given(point=vllm_point())
 def test_lru_tail_first_under_vllm_is_vllm(point: tuple[EngineCase, int, Semantics]) -> None:
     case, capacity, sem = point
-    oracle = vllm_v1.replay(
-        case.requests,
-        capacity,
-        case.block_size,
-        unhashed_free=sem.unhashed_free,
-        output_lengths=case.outputs if sem.cache_output_blocks else None,
-    )
+    oracle = vllm_oracle(case, capacity, sem)
     trace = case.trace()
     hits, final, _ = reference_replay(
         trace, make_params("LRU_TAIL_FIRST", capacity), case.block_size, sem

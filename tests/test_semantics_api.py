@@ -15,10 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_trace
-from engine_traces import EngineCase, engine_trace, mode_point, sglang_point, vllm_point
+from engine_traces import (
+    EngineCase,
+    engine_trace,
+    mode_point,
+    sglang_point,
+    vllm_oracle,
+    vllm_point,
+)
 from prefixsim import ParameterError, Semantics, make_params, replay, replay_params
 from prefixsim.cluster import replay_cluster
-from prefixsim.oracles import sglang_radix, vllm_v1
+from prefixsim.oracles import sglang_radix
 from prefixsim.policies import get_policy, policy_names
 from prefixsim.semantics import _one_slot_small_queue, reference_replay, replay_arrays
 from prefixsim.tiers import replay_tiers
@@ -31,13 +38,7 @@ BS = 4
 @given(point=vllm_point())
 def test_replay_vllm_is_vllm(point: tuple[EngineCase, int, Semantics]) -> None:
     case, capacity, sem = point
-    oracle = vllm_v1.replay(
-        case.requests,
-        capacity,
-        case.block_size,
-        unhashed_free=sem.unhashed_free,
-        output_lengths=case.outputs if sem.cache_output_blocks else None,
-    )
+    oracle = vllm_oracle(case, capacity, sem)
     result = replay(
         case.trace(), "LRU_TAIL_FIRST", capacity, case.block_size, semantics=sem
     )  # fmt: skip
