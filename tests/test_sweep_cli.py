@@ -343,3 +343,42 @@ def test_profiled_run_writes_its_profile(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "results.parquet").exists()
     assert prof.stat().st_size > 0
+
+
+def test_ctrl_c_wrapped_by_omegaconf_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # OmegaConf wraps a KeyboardInterrupt raised while it resolves a value in an error of its
+    # own (seen once as the flaky Ctrl-C test above): Hydra printed that with a traceback.
+    import sweep.__main__ as m
+
+    def interrupted(cfg: object, argv: object, started: float) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as err:
+            raise RuntimeError("resolver failed") from err
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(m, "_run", interrupted)
+    assert m.main(["capacity=64", "plot=false"]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "resolver failed" not in err
+    assert err.strip().splitlines() == [
+        "sweep: error: interrupted before the run folder was made: nothing written"
+    ]
+
+
+def test_ctrl_c_wrapped_during_composition_is_an_interrupt() -> None:
+    # the same, raised while Hydra composes (outside the job): Hydra's report is not called
+    from hydra._internal import utils
+
+    import sweep.__main__ as m
+
+    def compose() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as err:
+            raise ValueError("interpolation failed") from err
+
+    with m._one_line_hydra_errors(), pytest.raises(KeyboardInterrupt):
+        utils.run_and_report(compose)

@@ -110,6 +110,10 @@ def _one_line_hydra_errors() -> Iterator[None]:
         except _HydraRejected:
             raise
         except Exception as err:
+            if _interrupted(err):
+                # Ctrl-C while OmegaConf resolved a value: it wraps the KeyboardInterrupt in
+                # an error of its own, which Hydra would print with a traceback
+                raise KeyboardInterrupt from None
             line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else hydra_error_line(err)
             if line is None:
                 return original(functools.partial(_reraise, err))  # Hydra's own report
@@ -120,6 +124,18 @@ def _one_line_hydra_errors() -> Iterator[None]:
         yield
     finally:
         utils.run_and_report = original
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among ``err``'s causes or contexts."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 _ABSENT = object()
@@ -328,7 +344,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
     @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
     def task(cfg: DictConfig) -> None:
-        status["code"] = _run(cfg, args, started)
+        try:
+            status["code"] = _run(cfg, args, started)
+        except Exception as err:
+            if _interrupted(err):  # not Hydra's "Error executing job" report: see below
+                raise KeyboardInterrupt from None
+            raise
 
     saved = sys.argv
     sys.argv = [saved[0] if saved else "sweep", *rewrite.argv]
