@@ -69,7 +69,6 @@ from ..errors import ParameterError
 from .base import (
     Check,
     PolicyParams,
-    PolicySpec,
     check_int,
     ix,
     register,
@@ -140,7 +139,6 @@ class S3FIFOLCSReference(SMGReference):
 
     def __init__(self, params: S3FIFOLCSParams) -> None:
         super().__init__(params)
-        self.capacity = params.capacity
         self.threshold = params.move_to_main_threshold
         self.has_evicted = False
 
@@ -512,13 +510,10 @@ def _state_bytes(p: S3FIFOLCSParams, n_blocks: int, n_accesses: int) -> int:
 
 
 SPEC = register(
-    PolicySpec(
-        name="S3FIFO_LCS",
-        params_type=S3FIFOLCSParams,
-        reference=S3FIFOLCSReference,
-        steps=STEPS,
-        fast_kernel=s3fifo_lcs_kernel,
-        kernel_args=_kernel_args,
-        state_bytes=_state_bytes,
-    )
+    S3FIFOLCSParams,
+    S3FIFOLCSReference,
+    STEPS,
+    fast_kernel=s3fifo_lcs_kernel,
+    kernel_args=_kernel_args,
+    state_bytes=_state_bytes,
 )
