@@ -228,6 +228,10 @@ class Steps:
     remove: Callable[..., Any] | None = None
     begin: Callable[..., Any] | None = None
     end: Callable[..., Any] | None = None
+    refuse: Callable[[Any], None] | None = None
+    """``refuse(params)``: raise the :class:`~prefixsim.errors.ParameterError` of parameters the
+    steps cannot run (its ``make_state`` calls it, and a check before a replay calls it alone,
+    allocating nothing); None: the steps run every valid ``params``."""
     files: tuple[str, ...] = ()
     """More source files the steps depend on, beyond the files that define them and the
     package's policies (numba's disk cache of the drivers is keyed by all of them)."""

@@ -335,9 +335,10 @@ class PolicySpec:
     def _refuse(self, *_args: Any) -> Any:
         return self.compiled_steps()
 
-    def compiled_steps(self) -> Steps:
+    def compiled_steps(self, params: Any = None) -> Steps:
         """:attr:`steps`, or the one-line refusal of a policy that has none (every compiled
-        composition calls it before it allocates anything)."""
+        composition calls it before it allocates anything); with ``params``, also the steps'
+        refusal of those parameters (:attr:`Steps.refuse`)."""
         if self.steps is None:
             raise ParameterError(
                 "policy",
@@ -346,6 +347,8 @@ class PolicySpec:
                 "a cluster: docs/policies.md, 'Refusals'); from Python, replay(..., "
                 "engine='reference') or prefixsim.semantics.reference_replay does",
             )
+        if params is not None and self.steps.refuse is not None:
+            self.steps.refuse(params)
         return self.steps
 
     @property

@@ -227,7 +227,7 @@ class S3FIFOLCSState(NamedTuple):
     threshold: int
 
 
-def s3fifo_lcs_state(p: S3FIFOLCSParams, space: Space) -> S3FIFOLCSState:
+def _refuse_one_slot(p: S3FIFOLCSParams) -> None:
     if p.small_cap == 1:
         raise ParameterError(
             "small_ratio",
@@ -236,6 +236,10 @@ def s3fifo_lcs_state(p: S3FIFOLCSParams, space: Space) -> S3FIFOLCSState:
             "queue of one slot admits nothing (the cache stays empty), which only the single "
             "cache replays; a tier or a cluster instance needs a small queue of 2 slots or more",
         )
+
+
+def s3fifo_lcs_state(p: S3FIFOLCSParams, space: Space) -> S3FIFOLCSState:
+    _refuse_one_slot(p)
     return S3FIFOLCSState(
         link_array(space.n_ids),
         zeroed_state(space.n_ids, np.int8),
@@ -349,6 +353,7 @@ STEPS = Steps(
     s3fifo_lcs_hit,
     s3fifo_lcs_admit,
     remove=s3fifo_lcs_remove,
+    refuse=_refuse_one_slot,
 )
 
 
