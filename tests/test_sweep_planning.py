@@ -9,6 +9,7 @@ no empty list, no key a hierarchy ignores, every value valid whether or not a po
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -116,8 +117,11 @@ def test_a_refusal_planted_in_the_engine_is_met_at_planning(
     small_trace: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the mechanism, whatever the engine's rules: a refusal of the replay is the planner's
-    real = prefixsim.replay_params
+    # the mechanism, whatever the engine's rules: planning asks the replay's own checks
+    # (prefixsim.replay.check_replay, which replay_params runs first), so a refusal planted
+    # there is planning's
+    replay_module = sys.modules["prefixsim.replay"]
+    real = replay_module.check_replay
     calls = Counter[int]()
 
     def planted(trace, params, block_size, **kw):  # type: ignore[no-untyped-def]
@@ -126,7 +130,7 @@ def test_a_refusal_planted_in_the_engine_is_met_at_planning(
             raise prefixsim.ParameterError("capacity", params.capacity, "a planted refusal")
         return real(trace, params, block_size, **kw)
 
-    monkeypatch.setattr(prefixsim, "replay_params", planted)
+    monkeypatch.setattr(replay_module, "check_replay", planted)
     capacities = list(range(100, 5001, 100))  # 50 capacities, the last one refused
     cfg = config(tmp_path / "out", small_trace, policy=["S3FIFO"], capacity=capacities)
     message = refused(cfg)
@@ -134,6 +138,55 @@ def test_a_refusal_planted_in_the_engine_is_met_at_planning(
     assert "capacity=5000" in message.split("first point refused:")[1]
     # checked at its smallest and largest capacity (and two between), not at all 50
     assert {100, 5000} <= set(calls) and sum(calls.values()) <= 4
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"policy": ["S3FIFO", "LRU", "SIEVE"], "capacity": [64, 128, 256, 512, 1024]},
+        {"policy": ["LRU"], "capacity": [4096], "semantics": ["vllm"]},
+        {"tiers": two_tiers("LRU", "S3FIFO")},
+        {"policy": ["S3FIFO"], "capacity": [64], "instances": [2], "router": ["round_robin"]},
+    ],
+    ids=["cache", "vllm", "tiers", "cluster"],
+)
+def test_planning_replays_no_request(
+    tmp_path: Path,
+    small_trace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    kw: dict[str, Any],
+) -> None:
+    # planning asks the engine's checks and replays nothing: every replay of the sweep (each
+    # composition's compiled replay, the LRU curve, any scenario) happens once the run folder
+    # exists, i.e. after planning
+    from prefixsim.cluster import driver as cluster_driver
+    from prefixsim.engine import single, tiers
+    from sweep import outcome
+
+    out = tmp_path / "out"
+    before: list[str] = []
+
+    def watched(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not out.exists():
+                before.append(f"{module.__name__}.{name}")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    for module, name in [
+        (single, "run"),
+        (tiers, "run"),
+        (cluster_driver, "run"),
+        (outcome, "run_scenario"),
+        (prefixsim, "lru_curve"),
+    ]:
+        watched(module, name)
+    summary = run_sweep(config(out, small_trace, **kw))
+    assert summary.exit_code == 0 and summary.planned >= 1
+    assert before == []
 
 
 @pytest.mark.parametrize(

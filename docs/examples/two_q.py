@@ -43,9 +43,9 @@ import numpy as np
 from numba import njit
 
 from prefixsim import ParameterError
-from prefixsim.engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
-from prefixsim.engine.steps import Space, Steps, counter_array, ix
-from prefixsim.policies import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, register
+from prefixsim.engine.lists import link_bytes, links, per_cache, pop_head, push, to_tail, unlink
+from prefixsim.engine.steps import Steps, counters, ix, param, per_id
+from prefixsim.policies import COMMON_COUNTERS, PolicyParams, ReferencePolicy, register
 
 # --- parameters -----------------------------------------------------------------------------
 
@@ -140,25 +140,15 @@ _NONE, _IN, _AM, _OUT = 0, 1, 2, 3
 
 
 class TwoQState(NamedTuple):
-    link: np.ndarray
-    where: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    capacity: int
-    kin: int
-    kout: int
+    """Each field with how it is made for the caches a driver runs."""
 
-
-def two_q_state(p: TwoQParams, space: Space) -> TwoQState:
-    return TwoQState(
-        link_array(space.n_ids),
-        np.zeros(space.n_ids, np.int8),
-        scalars(space.n_caches, -1, -1, -1, -1, -1, -1, 0, 0, 0),
-        counter_array(space.n_caches, TwoQReference.counter_names),
-        p.capacity,
-        p.kin,
-        p.kout,
-    )
+    link: np.ndarray = links()  # the three queues, one list per id
+    where: np.ndarray = per_id(np.int8)  # per id: none, A1in, Am or A1out
+    sc: np.ndarray = per_cache(-1, -1, -1, -1, -1, -1, 0, 0, 0)  # the queues' ends, lengths
+    cnt: np.ndarray = counters(TwoQReference)  # per cache: one column per counter name
+    capacity: int = param("capacity")
+    kin: int = param("kin")
+    kout: int = param("kout")
 
 
 def two_q_is_resident(s, q, h):  # type: ignore[no-untyped-def]
@@ -215,24 +205,16 @@ def two_q_remove(s, q, h):  # type: ignore[no-untyped-def]
 
 
 STEPS = Steps(
-    TwoQState, two_q_state, two_q_is_resident, two_q_hit, two_q_admit, remove=two_q_remove
+    TwoQState, is_resident=two_q_is_resident, hit=two_q_hit, admit=two_q_admit, remove=two_q_remove
 )
 
 # --- register: every composition now runs it ------------------------------------------------
 
 
 def _state_bytes(p: TwoQParams, n_blocks: int, n_accesses: int) -> int:
-    """What ``two_q_state`` allocates for one cache: ``link`` and ``where`` per block, nothing
+    """What :class:`TwoQState` allocates for one cache: ``link`` and ``where`` per block, nothing
     per capacity slot (a capacity whose state cannot fit in memory is refused with it)."""
     return link_bytes(n_blocks) + n_blocks
 
 
-SPEC = register(
-    PolicySpec(
-        name="TWO_Q",
-        params_type=TwoQParams,
-        reference=TwoQReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(TwoQParams, TwoQReference, STEPS, state_bytes=_state_bytes)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .models import ModelProfile, load_model, model_names
     from .policies import PolicyParams, get_policy, policy_names, register
     from .replay import ReplayResult, make_params, replay, replay_params
-    from .scenario import Cluster, Scenario, run_scenario
+    from .scenario import Cluster, Scenario, check_scenario, run_scenario
     from .semantics import Semantics
     from .tiers import TieredResult, replay_tiers
     from .trace import BUNDLED_TRACES, Trace, load_trace, oddities
@@ -69,6 +69,7 @@ _LAZY: dict[str, str] = {
     "replay_params": ".replay",
     "replay_tiers": ".tiers",
     "run_scenario": ".scenario",
+    "check_scenario": ".scenario",
 }
 """Public name -> the submodule that defines it (imported on first use)."""
 
@@ -121,6 +122,7 @@ __all__ = [
     "TraceError",
     "capacity_blocks",
     "ceiling",
+    "check_scenario",
     "format_size",
     "get_policy",
     "hardware_names",

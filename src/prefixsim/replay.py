@@ -30,7 +30,7 @@ from .errors import ParameterError
 from .first_use import noted
 from .policies import PolicyParams, ReferencePolicy, get_policy
 from .policies.base import check_int, check_state_fits
-from .semantics import Semantics, replay_arrays
+from .semantics import Semantics, check_arrays, replay_arrays
 from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
@@ -168,19 +168,12 @@ def replay_params(
     Under an engine's semantics the replay is :func:`prefixsim.semantics.replay_arrays`'s (the
     result's ``engine`` says which engine ran)."""
     sem = Semantics.of(semantics)
-    # Bounded so that k * block_size cannot overflow the kernels' int64 (k < 2**31 blocks).
-    block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
-    check_engine(engine)
-    check_block_size_matches(trace, block_size)
+    block_size = check_replay(trace, params, block_size, engine=engine, semantics=sem)
     spec = get_policy(params.policy)
     start = time.perf_counter()
-    if engine not in ENGINES:
-        raise ParameterError("engine", engine, f"expected one of {', '.join(ENGINES)}")
     if sem.name != "spec":
         hit_tokens, final, counters, engine = replay_arrays(trace, params, block_size, sem, engine)
     elif engine == "kernel":
-        # the kernel's state for this trace, refused before it is allocated if it cannot fit
-        check_state_fits(params, trace.n_blocks, trace.n_accesses)
         hit_tokens, final, counters = single.run(
             spec,
             params,
@@ -206,6 +199,34 @@ def replay_params(
         seconds=seconds,
         semantics=sem,
     )
+
+
+def check_replay(
+    trace: Trace,
+    params: PolicyParams,
+    block_size: int,
+    *,
+    engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
+) -> int:
+    """Every refusal :func:`replay_params` makes, before it replays anything and without
+    allocating (it calls this first; so does :func:`prefixsim.scenario.check_scenario`, the
+    check before a sweep's run): the block size (bounded so that ``k * block_size`` cannot
+    overflow the kernels' int64) and the trace's, the engine, the policy's compiled steps and
+    their state for this trace (refused if it cannot fit in memory), or an engine semantics'
+    refusals (:func:`prefixsim.semantics.check_arrays`). Returns the block size, checked."""
+    sem = Semantics.of(semantics)
+    block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_engine(engine)
+    check_block_size_matches(trace, block_size)
+    if sem.name != "spec":
+        check_arrays(trace, params, block_size, sem, engine)
+    elif engine == "kernel":
+        check_state_fits(params, trace.n_blocks, trace.n_accesses)
+        spec = get_policy(params.policy)
+        if spec.fast_kernel is None:
+            spec.compiled_steps(params)
+    return block_size
 
 
 def reference_hit_tokens(

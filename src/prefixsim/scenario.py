@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ParameterError
-from .policies import PolicyParams
+from .policies import PolicyParams, get_policy
 from .policies.base import check_int
 from .replay import MAX_BLOCK_SIZE, Engine, ReplayResult
-from .semantics import Semantics
-from .tiers import Hierarchy, TieredResult, replay_hierarchy
+from .semantics import Semantics, check_arrays
+from .tiers import Hierarchy, TieredResult, check_hierarchy, replay_hierarchy
 from .trace import Trace
 
 _SPEC = Semantics()
@@ -77,6 +77,44 @@ class Scenario:
         if self.cluster is not None:
             return "cluster"
         return "tiers" if isinstance(self.params, Hierarchy) else "cache"
+
+
+def check_scenario(trace: Trace, scenario: Scenario, *, engine: Engine = "kernel") -> None:
+    """Raise what :func:`run_scenario` would refuse ``scenario`` on ``trace`` for, without
+    replaying a request or allocating a replay's state: the composition's own checks, the ones
+    its replay runs first (:func:`prefixsim.replay.check_replay`,
+    :func:`prefixsim.tiers.check_hierarchy`, :func:`prefixsim.cluster.replay.check_cluster`),
+    called with the scenario's values. A sweep calls it for its points before it makes the run
+    folder (``sweep.engine_checks``); refusals that depend on the hits (none today) would be
+    met only by the replay."""
+    params, block_size, cluster, sem = (
+        scenario.params, scenario.block_size, scenario.cluster, scenario.semantics,
+    )  # fmt: skip
+    if cluster is not None:
+        from .cluster.replay import check_cluster
+
+        check_cluster(
+            params, block_size, cluster.instances, cluster.router, cluster.load, trace,
+            engine=engine, semantics=sem,
+        )  # fmt: skip
+        from .cluster.routers import get_router
+
+        spec = get_policy(params.policy)
+        if sem.name != "spec":
+            # each instance's replay, asked of the whole trace: its requests are the
+            # instances' (their state, over fewer blocks, is bounded by the trace's)
+            check_arrays(trace, params, block_size, sem, engine)
+        elif engine == "kernel" and (
+            spec.fast_kernel is None or get_router(cluster.router.router).assign is None
+        ):
+            spec.compiled_steps(params)  # the steps the instances' replays or the driver run
+        return
+    if isinstance(params, Hierarchy):
+        check_hierarchy(trace, params.tiers, block_size, engine=engine, semantics=sem)
+        return
+    from .replay import check_replay  # looked up at each call, as replay_params looks it up
+
+    check_replay(trace, params, block_size, engine=engine, semantics=sem)
 
 
 def run_scenario(

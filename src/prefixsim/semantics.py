@@ -512,6 +512,38 @@ def replay_arrays(
     return hit_tokens, final, counters, "reference"
 
 
+def check_arrays(
+    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, engine: str
+) -> None:
+    """Every refusal :func:`replay_arrays` makes, asked without replaying or allocating (what a
+    check before a replay calls, :func:`prefixsim.scenario.check_scenario`): a request no engine
+    could schedule (:func:`check_fits`), the policy at the usable capacity, a policy without
+    removal when a request holds a temporary block it must free, and the compiled driver's state
+    for the accesses the layout makes (:func:`_layout_sizes`: counted, not laid out)."""
+    spec = get_policy(params.policy)
+    check_fits(semantics, trace, params.capacity, block_size)
+    usable = _with_capacity(params, semantics.usable_capacity(params.capacity))
+    request_level = hasattr(spec.reference, "serve_request")
+    compiled = engine == "kernel" and spec.steps is not None and not request_level
+    if compiled and _one_slot_small_queue(params, semantics):
+        compiled = False  # the reference replays it
+    if request_level or not semantics.free_front:
+        removable = True  # a request-level policy frees no block; vLLM "back" removes none
+    else:
+        removable = spec.steps.removable if compiled else spec.reference.removable  # type: ignore[union-attr]
+    if compiled or not removable:
+        sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size)
+        n_accesses, n_output, n_temp = _layout_sizes(
+            semantics.code, *sizes, semantics.cache_output_blocks
+        )
+        if n_temp and not removable:
+            # the compiled driver refuses before its replay; the reference at the first
+            # request that holds a temporary block (its last one is resident when it ends)
+            raise _no_removal(params.policy)
+        if compiled:
+            check_state_fits(usable, trace.n_blocks + int(n_output) + int(n_temp), int(n_accesses))
+
+
 def _one_slot_small_queue(params: PolicyParams, semantics: Semantics) -> bool:
     """Whether ``params`` at the usable capacity is S3FIFO_LCS with a small queue of one slot:
     it admits nothing, which its steps cannot express and refuse (``policies/s3fifo_lcs.py``);

@@ -4,9 +4,9 @@ Every point is a :class:`prefixsim.Scenario` (one cache, a hierarchy or a cluste
 block size and semantics), run through :func:`prefixsim.run_scenario`; every result, whatever
 its composition, becomes an :class:`Outcome` by :func:`outcome_of`. LRU points of one block
 size under ``spec`` are computed from one :func:`prefixsim.lru_curve` pass instead (identical
-numbers, ``tests/test_lru_curve.py``). The workers (:func:`sweep.run.run_batch`) and planning's
-trial of each point (:mod:`sweep.engine_checks`) both call :func:`replay_items`, so a point is
-checked exactly as it will run, and planning imports none of the running.
+numbers, ``tests/test_lru_curve.py``). The workers (:func:`sweep.run.run_batch`) call
+:func:`replay_items`; planning replays nothing (it asks the engine's checks,
+:mod:`sweep.engine_checks`) and imports none of the running.
 """
 
 from __future__ import annotations

@@ -19,10 +19,12 @@ known not to be empty there.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
-from .steps import ix, zeroed_state
+from .steps import ix, made, zeroed_state
 
 
 @njit(inline="always")
@@ -146,3 +148,15 @@ def scalars(n_caches: int, *initial: int) -> np.ndarray:
     """Per-cache scalars, ``len(initial)`` slots per cache (cache ``q``'s first at
     ``q * len(initial)``), each set to its initial value (list ends: -1, sizes: 0)."""
     return np.tile(np.array(initial, np.int64), n_caches)
+
+
+def links() -> Any:
+    """A declared state's ``link`` field (:mod:`prefixsim.engine.steps`): :func:`link_array`
+    over the space's ids."""
+    return made(lambda params, space: link_array(space.n_ids))
+
+
+def per_cache(*initial: int) -> Any:
+    """A declared state's per-cache scalars (``sc``): :func:`scalars` with these initial
+    values, for each of the space's caches."""
+    return made(lambda params, space: scalars(space.n_caches, *initial))

@@ -31,6 +31,12 @@ A policy's compiled form is a *state* and its *steps*, registered together as a 
   per admission (one insertion into a cache that was within its capacity), which is why
   ``admit`` returns one id: a demotion cascade is then a loop down the tiers.
 
+A state is *declared*: each field of the ``NamedTuple`` names, as its default, how it is made
+(:func:`per_id`, :func:`counters`, :func:`param`, :func:`made`; :func:`prefixsim.engine.lists.links`
+and :func:`~prefixsim.engine.lists.per_cache` for the lists), and ``Steps`` derives
+``make_state`` from it (:func:`declared_state`). A state whose fields depend on each other
+(sizes computed from the stream, a guard on the trace's size) gives ``make_state`` itself.
+
 A step may be a plain function or a numba one (a step that another policy's steps call, e.g.
 S3FIFO_LEAF calling S3FIFO's removal, must be a numba one). Helpers a step calls must be numba
 functions: ``@njit(inline="always")`` for the small ones on
@@ -40,7 +46,9 @@ the small ones among those; fewer inlined copies compile faster).
 
 from __future__ import annotations
 
+import collections
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +101,69 @@ class Space:
     an id can be accessed). For one cache over block ids, exactly the ids it will see."""
 
 
+@dataclass(frozen=True)
+class Made:
+    """How ``make_state`` makes one field of a declared state: ``make(params, space)``."""
+
+    make: Callable[[Any, Space], Any]
+
+
+# The rules below return ``Any``: each stands as a field's default in a state's declaration,
+# whatever that field's type (an array, an int).
+
+
+def made(make: Callable[[Any, Space], Any]) -> Any:
+    """A field made by ``make(params, space)``."""
+    return Made(make)
+
+
+def param(name: str) -> Any:
+    """A constant of the state: the policy's parameter (or property) ``name``."""
+    return Made(lambda params, space: getattr(params, name))
+
+
+def per_id(dtype: type[np.integer[Any]] | type[np.bool_], zeroed: bool = True) -> Any:
+    """One ``dtype`` value per id: zeroed (:func:`zeroed_state`), or not initialised
+    (``zeroed=False``: every value is written before it is read)."""
+    if zeroed:
+        return Made(lambda params, space: zeroed_state(space.n_ids, dtype))
+    return Made(lambda params, space: np.empty(space.n_ids, dtype))
+
+
+def counters(reference: Any) -> Any:
+    """``cnt``: one row per cache, one column per counter name of ``reference`` (the
+    policy's reference class), zeroed (:func:`counter_array`)."""
+    return Made(lambda params, space: counter_array(space.n_caches, reference.counter_names))
+
+
+def extend_state(base: type, name: str, **rules: Any) -> type:
+    """A declared state named ``name`` (in the caller's module): ``base``'s fields and rules,
+    those named in ``rules`` made by the new rule instead (in place), the others appended in
+    order. For a policy whose steps are another's plus arrays of its own."""
+    merged = {**base._field_defaults, **rules}  # type: ignore[attr-defined]
+    module = sys._getframe(1).f_globals.get("__name__")
+    return collections.namedtuple(name, list(merged), defaults=list(merged.values()), module=module)
+
+
+def declared_state(state: type) -> Callable[[Any, Space], Any]:
+    """The ``make_state`` of a declared ``state``: each field made by its rule, in field
+    order; TypeError naming the fields without one."""
+    rules: dict[str, Any] = getattr(state, "_field_defaults", {})
+    missing = [f for f in state._fields if not isinstance(rules.get(f), Made)]  # type: ignore[attr-defined]
+    if missing:
+        raise TypeError(
+            f"{state.__name__}: no rule for {', '.join(missing)} (declare how each field is "
+            "made, e.g. per_id(np.int32), or give Steps a make_state)"
+        )
+    fields = tuple(rules[f].make for f in state._fields)  # type: ignore[attr-defined]
+
+    def make_state(params: Any, space: Space) -> Any:
+        return state(*(make(params, space) for make in fields))
+
+    make_state.__qualname__ = f"{state.__qualname__}.make_state"
+    return make_state
+
+
 # The generic names the drivers call. Outside a compiled driver they are only names.
 
 
@@ -138,19 +209,29 @@ STEP_NAMES = ("is_resident", "hit", "admit", "remove", "begin", "end")
 _ARITY = {name: len(inspect.signature(globals()[name]).parameters) for name in STEP_NAMES}
 
 
+def _required(*_args: Any) -> Any:
+    raise NotImplementedError  # a placeholder: Steps refuses to be made without the step
+
+
 @dataclass(frozen=True)
 class Steps:
-    """A policy's compiled form (see the module docstring)."""
+    """A policy's compiled form (see the module docstring): its state, then its steps, by
+    keyword (or positionally, ``make_state`` first)."""
 
     state: type
     """The policy's state, a ``NamedTuple`` class."""
-    make_state: Callable[[Any, Space], Any]
-    is_resident: Callable[..., Any]
-    hit: Callable[..., Any]
-    admit: Callable[..., Any]
+    make_state: Callable[[Any, Space], Any] = _required
+    """Not given: the state is declared (:func:`declared_state`)."""
+    is_resident: Callable[..., Any] = _required
+    hit: Callable[..., Any] = _required
+    admit: Callable[..., Any] = _required
     remove: Callable[..., Any] | None = None
     begin: Callable[..., Any] | None = None
     end: Callable[..., Any] | None = None
+    refuse: Callable[[Any], None] | None = None
+    """``refuse(params)``: raise the :class:`~prefixsim.errors.ParameterError` of parameters the
+    steps cannot run (its ``make_state`` calls it, and a check before a replay calls it alone,
+    allocating nothing); None: the steps run every valid ``params``."""
     files: tuple[str, ...] = ()
     """More source files the steps depend on, beyond the files that define them and the
     package's policies (numba's disk cache of the drivers is keyed by all of them)."""
@@ -158,8 +239,12 @@ class Steps:
     def __post_init__(self) -> None:
         if not hasattr(self.state, "_fields"):
             raise TypeError(f"{self.state.__name__}: a policy's state must be a NamedTuple")
+        if self.make_state is _required:
+            object.__setattr__(self, "make_state", declared_state(self.state))
         for name in STEP_NAMES:
             fn = getattr(self, name)
+            if fn is _required:
+                raise TypeError(f"{self.state.__name__}'s steps: {name} is required")
             fn = getattr(fn, "py_func", fn)
             if fn is not None and len(inspect.signature(fn).parameters) != _ARITY[name]:
                 params = ", ".join(inspect.signature(globals()[name]).parameters)

@@ -37,22 +37,29 @@ _M64 = (1 << 64) - 1
 # -- plain-Python reference ---------------------------------------------------------------------
 
 
+# Both lanes' finalisers are one construction, xor-shift, multiply, xor-shift, multiply,
+# xor-shift, with different constants: (shift, multiplier, shift, multiplier, shift).
+_SPLITMIX64 = (30, 0xBF58476D1CE4E5B9, 27, 0x94D049BB133111EB, 31)
+_MURMUR3_FMIX64 = (33, 0xFF51AFD7ED558CCD, 33, 0xC4CEB9FE1A85EC53, 33)
+
+
+def _finalise_py(x: int, a: int, m1: int, b: int, m2: int, c: int) -> int:
+    """The xor-shift-multiply finaliser with these constants, on Python ints modulo 2**64."""
+    x ^= x >> a
+    x = (x * m1) & _M64
+    x ^= x >> b
+    x = (x * m2) & _M64
+    return x ^ (x >> c)
+
+
 def _fmix_a_py(x: int) -> int:
-    """splitmix64's finaliser, on Python ints modulo 2**64."""
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _M64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
+    """splitmix64's finaliser."""
+    return _finalise_py(x, *_SPLITMIX64)
 
 
 def _fmix_b_py(x: int) -> int:
-    """MurmurHash3's fmix64, on Python ints modulo 2**64."""
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & _M64
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & _M64
-    return x ^ (x >> 33)
+    """MurmurHash3's fmix64."""
+    return _finalise_py(x, *_MURMUR3_FMIX64)
 
 
 def block_hash_reference(parent: tuple[int, int], tokens: list[int]) -> tuple[int, int]:
@@ -80,21 +87,27 @@ def chain_hashes_reference(token_ids: list[int], block_size: int) -> list[tuple[
 
 
 @njit(cache=True, inline="always")
+def _finalise(x, a, m1, b, m2, c):
+    """:func:`_finalise_py` on uint64 (the constants are uint64 too; inlined, they fold)."""
+    x ^= x >> a
+    x *= m1
+    x ^= x >> b
+    x *= m2
+    return x ^ (x >> c)
+
+
+_A = tuple(np.uint64(k) for k in _SPLITMIX64)
+_B = tuple(np.uint64(k) for k in _MURMUR3_FMIX64)
+
+
+@njit(cache=True, inline="always")
 def _fmix_a(x: np.uint64) -> np.uint64:
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    return _finalise(x, _A[0], _A[1], _A[2], _A[3], _A[4])
 
 
 @njit(cache=True, inline="always")
 def _fmix_b(x: np.uint64) -> np.uint64:
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    return x ^ (x >> np.uint64(33))
+    return _finalise(x, _B[0], _B[1], _B[2], _B[3], _B[4])
 
 
 @njit(cache=True)

@@ -25,19 +25,30 @@ def _skip_ws(buf, i, end):
 
 
 @njit(cache=True)
-def _read_int(buf, i, end, max_digits, allow_minus):
-    """(value, next index, ok) of a JSON integer at ``buf[i]`` with no fraction or exponent."""
-    neg = False
-    if i < end and buf[ix(i)] == 45:  # '-'
-        if not allow_minus:
-            return 0, i, False
-        neg = True
-        i += 1
-    start = i
-    v = 0
+def _minus(buf, i, end):
+    """(whether ``buf[i]`` is a '-', the index after it)."""
+    if i < end and buf[ix(i)] == 45:
+        return True, i + 1
+    return False, i
+
+
+@njit(cache=True)
+def _digits(buf, i, end, v):
+    """(``v`` followed by the decimal digits from ``buf[i]`` on, the index after them)."""
     while i < end and 48 <= buf[ix(i)] <= 57:
         v = v * 10 + (buf[ix(i)] - 48)
         i += 1
+    return v, i
+
+
+@njit(cache=True)
+def _read_int(buf, i, end, max_digits, allow_minus):
+    """(value, next index, ok) of a JSON integer at ``buf[i]`` with no fraction or exponent."""
+    neg, after = _minus(buf, i, end)
+    if neg and not allow_minus:
+        return 0, i, False
+    start = after
+    v, i = _digits(buf, start, end, 0)
     n = i - start
     if n == 0 or n > max_digits or (n > 1 and buf[ix(start)] == 48):
         return 0, i, False
@@ -55,26 +66,16 @@ def _read_decimal(buf, i, end):
     read exactly: the digits form an integer m < 2**53 and the value is m / 10**k with k <= 22,
     one correctly rounded IEEE division of two exact doubles (Clinger's fast path), so it equals
     Python's ``float(text)``."""
-    neg = False
-    if i < end and buf[ix(i)] == 45:
-        neg = True
-        i += 1
-    start = i
-    m = 0
-    while i < end and 48 <= buf[ix(i)] <= 57:
-        m = m * 10 + (buf[ix(i)] - 48)
-        i += 1
+    neg, start = _minus(buf, i, end)
+    m, i = _digits(buf, start, end, 0)
     n_int = i - start
     if n_int == 0 or (n_int > 1 and buf[ix(start)] == 48):
         return 0.0, i, False
     k = 0
     if i < end and buf[ix(i)] == 46:  # '.'
-        i += 1
-        f0 = i
-        while i < end and 48 <= buf[ix(i)] <= 57:
-            m = m * 10 + (buf[ix(i)] - 48)
-            i += 1
-        k = i - f0
+        m, j = _digits(buf, i + 1, end, m)
+        k = j - (i + 1)
+        i = j
         if k == 0:
             return 0.0, i, False
     if n_int + k > 15 or (i < end and (buf[ix(i)] == 101 or buf[ix(i)] == 69)):

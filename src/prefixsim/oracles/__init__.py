@@ -17,7 +17,7 @@ project's policy interface; :mod:`prefixsim.semantics` and the policies are the 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +50,22 @@ def requests_of(trace: object) -> tuple[list[Request], list[int]]:
     lengths = trace.input_lengths.tolist()
     reqs = [(lengths[r], ids[offsets[r] : offsets[r + 1]]) for r in range(trace.n_requests)]
     return reqs, np.asarray(trace.output_lengths).tolist()
+
+
+def output_hash(request: int, i: int) -> tuple[str, int, int]:
+    """The hash an oracle gives the ``i``-th output block of ``request``: one no trace block has
+    (the engines hash generated tokens themselves; a trace names its prompts' blocks only)."""
+    return ("output", request, i)
+
+
+def trace_hashes(cached: Iterable[Hashable]) -> frozenset[Hashable]:
+    """The hashes of ``cached`` that are the trace's (:attr:`OracleResult.cached_hashes`), the
+    output blocks' (:func:`output_hash`) left out."""
+    return frozenset(h for h in cached if not _is_output(h))
+
+
+def _is_output(h: Hashable) -> bool:
+    return isinstance(h, tuple) and len(h) == 3 and h[0] == "output"
 
 
 def check_consistent(r: int, input_length: int, hash_ids: Sequence[Hashable], bs: int) -> None:

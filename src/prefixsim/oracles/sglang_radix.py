@@ -42,7 +42,7 @@ import heapq
 import itertools
 from collections.abc import Hashable, Sequence
 
-from . import OracleResult, Request, check_consistent, requests_of
+from . import OracleResult, Request, check_consistent, output_hash, requests_of, trace_hashes
 
 
 class TreeNode:
@@ -254,7 +254,7 @@ class RadixCache:
 def _output_keys(rid: int, start: int, end: int) -> list[Hashable]:
     """Keys of the full pages past the prompt's full pages: generated tokens make them, so no
     prompt of the trace has them."""
-    return [("output", rid, i) for i in range(start, end)]
+    return [output_hash(rid, i) for i in range(start, end)]
 
 
 def _key_match(key0: Sequence[Hashable], key1: Sequence[Hashable]) -> int:
@@ -284,7 +284,7 @@ def replay(
         check_consistent(r, length, hash_ids, block_size)
         out = 1 if output_lengths is None else int(output_lengths[r])
         hits.append(cache.serve(r, length, list(hash_ids), out, block_size))
-    keys = frozenset(k for k in cache.cached_keys() if not _is_output(k))
+    keys = trace_hashes(cache.cached_keys())
     counters = {
         "evictions": cache.evicted_pages,
         "duplicate_pages": cache.duplicate_pages,
@@ -311,7 +311,3 @@ def replay_trace(
         evict_shortfall=evict_shortfall,
         output_lengths=outputs if cache_output_blocks else None,
     )
-
-
-def _is_output(h: Hashable) -> bool:
-    return isinstance(h, tuple) and len(h) == 3 and h[0] == "output"

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from . import OracleResult, Request, check_consistent, requests_of
+from . import OracleResult, Request, check_consistent, output_hash, requests_of, trace_hashes
 
 
 class KVCacheBlock:
@@ -217,7 +217,7 @@ class EngineRequest:
     def append_output_token(self) -> None:
         self.num_tokens += 1
         while len(self.block_hashes) < self.num_tokens // self.block_size:
-            self.block_hashes.append(("output", self.request_id, len(self.block_hashes)))
+            self.block_hashes.append(output_hash(self.request_id, len(self.block_hashes)))
 
 
 class KVCacheManager:
@@ -361,14 +361,14 @@ def replay(
         hits.append(serve(manager, request, out))
         if pool.duplicates > before and first_duplicate < 0:
             first_duplicate = r
-    trace_hashes = frozenset(h for h in manager.cached_hashes() if not _is_output(h))
+    cached = trace_hashes(manager.cached_hashes())
     counters = {
         "evictions": pool.evictions,
         "duplicate_blocks": pool.duplicates,
         "first_duplicate_request": first_duplicate,
         "cached_blocks": sum(map(len, pool.cached_block_hash_to_block.values())),
     }
-    return OracleResult(hits, trace_hashes, counters)
+    return OracleResult(hits, cached, counters)
 
 
 def replay_trace(
@@ -389,7 +389,3 @@ def replay_trace(
         unhashed_free=unhashed_free,
         output_lengths=outputs if cache_output_blocks else None,
     )
-
-
-def _is_output(h: Hashable) -> bool:
-    return isinstance(h, tuple) and len(h) == 3 and h[0] == "output"

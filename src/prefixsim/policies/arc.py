@@ -78,9 +78,9 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
-from ..engine.steps import Space, Steps, counter_array
-from .base import COMMON_COUNTERS, PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from ..engine.lists import link_bytes, links, per_cache, pop_head, push, to_tail, unlink
+from ..engine.steps import Steps, counters, made, param, per_id
+from .base import COMMON_COUNTERS, PolicyParams, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -169,23 +169,12 @@ _N = 7  # sc[12q + _N + L] = |L|; the ends of list L are at 12q + 2 * (L - 1)
 
 
 class ARCState(NamedTuple):
-    link: np.ndarray
-    where: np.ndarray
-    sc: np.ndarray
-    p: np.ndarray
-    cnt: np.ndarray
-    capacity: int
-
-
-def arc_state(p: ARCParams, space: Space) -> ARCState:
-    return ARCState(
-        link_array(space.n_ids),
-        np.zeros(space.n_ids, np.int8),
-        scalars(space.n_caches, *([-1] * 8), 0, 0, 0, 0),
-        np.zeros(space.n_caches, np.float64),
-        counter_array(space.n_caches, ARCReference.counter_names),
-        p.capacity,
-    )
+    link: np.ndarray = links()
+    where: np.ndarray = per_id(np.int8)
+    sc: np.ndarray = per_cache(*([-1] * 8), 0, 0, 0, 0)
+    p: np.ndarray = made(lambda params, space: np.zeros(space.n_caches, np.float64))
+    cnt: np.ndarray = counters(ARCReference)
+    capacity: int = param("capacity")
 
 
 def arc_is_resident(s, q, h):
@@ -293,20 +282,12 @@ def arc_admit(s, q, h, pred):
 # No remove: REPLACE and Case IV assume the cache is full whenever its directory (T1 ∪ B1 ∪ T2
 # ∪ B2) holds c pages or more; a block taken out leaves room the cases do not see (REPLACE would
 # then evict while there is room, or from an empty T2).
-STEPS = Steps(ARCState, arc_state, arc_is_resident, arc_hit, arc_admit)
+STEPS = Steps(ARCState, is_resident=arc_is_resident, hit=arc_hit, admit=arc_admit)
 
 
 def _state_bytes(p: ARCParams, n_blocks: int, n_accesses: int) -> int:
-    """:func:`arc_state` per id: ``link`` and ``where`` (int8); the per-cache scalars aside."""
+    """:class:`ARCState` per id: ``link`` and ``where`` (int8); the per-cache scalars aside."""
     return link_bytes(n_blocks) + n_blocks
 
 
-SPEC = register(
-    PolicySpec(
-        name="ARC",
-        params_type=ARCParams,
-        reference=ARCReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(ARCParams, ARCReference, STEPS, state_bytes=_state_bytes)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
@@ -156,7 +156,8 @@ DEMOTED: Any = _Demoted()
 class ReferencePolicy(ABC):
     """Plain-Python reference of a policy, written for reading, not for speed.
 
-    ``counters`` holds one entry per name in ``counter_names`` and is updated by ``access``.
+    ``counters`` holds one entry per name in ``counter_names`` and is updated by ``access``;
+    ``capacity`` is the parameters' (the blocks the cache may hold).
 
     Steps (``docs/policies.md``): the reference drivers run a request on a cache as
     :meth:`begin_request`, then for each of its blocks in order :meth:`hit` (resident) or
@@ -176,6 +177,7 @@ class ReferencePolicy(ABC):
 
     def __init__(self, params: PolicyParams) -> None:
         self.params = params
+        self.capacity = params.capacity
         self.counters: dict[str, int] = dict.fromkeys(self.counter_names, 0)
         self._victims: list[Hashable] | None = None  # collecting, only inside admit()
 
@@ -219,17 +221,23 @@ class ReferencePolicy(ABC):
         eviction): the block moved to a faster tier."""
         raise NotImplementedError(f"{type(self).__name__} has no removal")
 
-    @abstractmethod
+    def residents(self) -> Collection[Hashable]:
+        """The resident blocks, for a reference that keeps them as the keys of one container
+        (then :meth:`is_resident` and :meth:`resident_count` follow from it); a reference whose
+        resident blocks are spread over several writes those two instead."""
+        raise NotImplementedError(f"{type(self).__name__} defines no residents()")
+
     def is_resident(self, h: Hashable) -> bool:
         """Whether block ``h`` would be served from the cache right now."""
+        return h in self.residents()
 
     @abstractmethod
     def access(self, h: Hashable) -> None:
         """Apply the policy's access rule to block ``h`` (hit or miss)."""
 
-    @abstractmethod
     def resident_count(self) -> int:
         """Number of resident blocks (the final cache size at the end of a replay)."""
+        return len(self.residents())
 
     def prepare(self, block_ids: Sequence[Hashable], offsets: Sequence[int]) -> None:
         """Called once before a replay with the whole flat access stream and request offsets.
@@ -327,9 +335,10 @@ class PolicySpec:
     def _refuse(self, *_args: Any) -> Any:
         return self.compiled_steps()
 
-    def compiled_steps(self) -> Steps:
+    def compiled_steps(self, params: Any = None) -> Steps:
         """:attr:`steps`, or the one-line refusal of a policy that has none (every compiled
-        composition calls it before it allocates anything)."""
+        composition calls it before it allocates anything); with ``params``, also the steps'
+        refusal of those parameters (:attr:`Steps.refuse`)."""
         if self.steps is None:
             raise ParameterError(
                 "policy",
@@ -338,6 +347,8 @@ class PolicySpec:
                 "a cluster: docs/policies.md, 'Refusals'); from Python, replay(..., "
                 "engine='reference') or prefixsim.semantics.reference_replay does",
             )
+        if params is not None and self.steps.refuse is not None:
+            self.steps.refuse(params)
         return self.steps
 
     @property
@@ -358,8 +369,22 @@ class PolicySpec:
 _REGISTRY: dict[str, PolicySpec] = {}
 
 
-def register(spec: PolicySpec) -> PolicySpec:
-    """Make ``spec`` a policy of every composition, by its name."""
+def register(
+    policy: PolicySpec | type[PolicyParams],
+    reference: type[ReferencePolicy] | None = None,
+    steps: Steps | None = None,
+    **options: Any,
+) -> PolicySpec:
+    """Make a policy of every composition, by its name: ``register(Params, Reference, STEPS,
+    **options)``, named by ``Params.policy`` (``options``: the other fields of
+    :class:`PolicySpec`, ``state_bytes``, ``fast_kernel``, ...), or ``register(PolicySpec(...))``.
+    Returns the policy's spec."""
+    if isinstance(policy, PolicySpec):
+        spec = policy
+    else:
+        if reference is None:
+            raise TypeError(f"register({policy.__name__}, ...): the policy's reference is missing")
+        spec = PolicySpec(policy.policy, policy, reference, steps, **options)
     check_new(_REGISTRY, spec, "policy")
     state = None if spec.steps is None else spec.steps.state
     for other in _REGISTRY.values():

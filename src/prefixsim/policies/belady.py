@@ -32,7 +32,7 @@ Counters: ``block_hits``, ``evictions``.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -41,7 +41,7 @@ from numba import njit
 
 from ..engine import heaps
 from ..engine.steps import Space, Steps, counter_array
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from .base import PolicyParams, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,6 @@ class BeladyReference(ReferencePolicy):
 
     def __init__(self, params: BeladyParams) -> None:
         super().__init__(params)
-        self.capacity = params.capacity
         self.cache: dict[Hashable, tuple[float, int]] = {}
         self.stream: list[Hashable] | None = None
         self.next_use: list[float] = []
@@ -71,11 +70,8 @@ class BeladyReference(ReferencePolicy):
             seen[h] = t
         self.t = 0
 
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.cache
-
-    def resident_count(self) -> int:
-        return len(self.cache)
+    def residents(self) -> Collection[Hashable]:
+        return self.cache
 
     def access(self, h: Hashable) -> None:
         if self.stream is None or self.t >= len(self.stream) or self.stream[self.t] != h:
@@ -228,13 +224,4 @@ def _state_bytes(p: BeladyParams, n_blocks: int, n_accesses: int) -> int:
     )
 
 
-SPEC = register(
-    PolicySpec(
-        name="BELADY",
-        params_type=BeladyParams,
-        reference=BeladyReference,
-        steps=STEPS,
-        offline=True,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(BeladyParams, BeladyReference, STEPS, offline=True, state_bytes=_state_bytes)

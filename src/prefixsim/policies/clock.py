@@ -32,7 +32,7 @@ Counters: ``block_hits`` (access found h resident), ``evictions``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -40,7 +40,7 @@ import numpy as np
 
 from ..engine.lists import scalars
 from ..engine.steps import Space, Steps, counter_array
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register, zeroed_state
+from .base import PolicyParams, ReferencePolicy, ix, register, zeroed_state
 
 
 @dataclass(frozen=True)
@@ -54,18 +54,14 @@ class CLOCKReference(ReferencePolicy):
 
     def __init__(self, params: CLOCKParams) -> None:
         super().__init__(params)
-        self.capacity = params.capacity
         self.slots: list[Hashable | None] = [None] * self.capacity
         self.bit: list[int] = [0] * self.capacity
         self.slot_of: dict[Hashable, int] = {}
         self.used = 0  # slots 0..used-1 are filled; they fill in ring order before any eviction
         self.hand = 0
 
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.slot_of
-
-    def resident_count(self) -> int:
-        return len(self.slot_of)
+    def residents(self) -> Collection[Hashable]:
+        return self.slot_of
 
     def access(self, h: Hashable) -> None:
         if h in self.slot_of:
@@ -165,12 +161,4 @@ def _state_bytes(p: CLOCKParams, n_blocks: int, n_accesses: int) -> int:
     return per_id * n_blocks + per_slot * p.capacity
 
 
-SPEC = register(
-    PolicySpec(
-        name="CLOCK",
-        params_type=CLOCKParams,
-        reference=CLOCKReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(CLOCKParams, CLOCKReference, STEPS, state_bytes=_state_bytes)

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
-
-import numpy as np
+from typing import ClassVar
 
 from ..engine.lists import link_bytes
-from ..engine.steps import Space, Steps
-from .base import PolicyParams, PolicySpec, register
-from .lru import LRUReference, lru_admit, lru_is_resident, lru_remove, lru_state
+from ..engine.steps import Steps
+from .base import PolicyParams, register
+from .lru import LRUReference, LRUState, lru_admit, lru_is_resident, lru_remove
 
 
 @dataclass(frozen=True)
@@ -47,35 +45,24 @@ class FIFOReference(LRUReference):
 # head) to the newest (its tail), admission evicts the head, removal unlinks.
 
 
-class FIFOState(NamedTuple):
-    link: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    capacity: int
+class FIFOState(LRUState):
+    """LRU's state, as a class of FIFO's own (a driver is compiled per state class)."""
 
-
-def fifo_state(p: FIFOParams, space: Space) -> FIFOState:
-    return FIFOState(*lru_state(p, space))  # type: ignore[arg-type]
+    __slots__ = ()
 
 
 def fifo_hit(s, q, h, pred):
     return None  # a hit changes nothing
 
 
-STEPS = Steps(FIFOState, fifo_state, lru_is_resident, fifo_hit, lru_admit, remove=lru_remove)
+STEPS = Steps(
+    FIFOState, is_resident=lru_is_resident, hit=fifo_hit, admit=lru_admit, remove=lru_remove
+)
 
 
 def _state_bytes(p: FIFOParams, n_blocks: int, n_accesses: int) -> int:
-    """LRU's state (:func:`~.lru.lru_state`): ``link`` per id, nothing per capacity slot."""
+    """LRU's state (:class:`~.lru.LRUState`): ``link`` per id, nothing per capacity slot."""
     return link_bytes(n_blocks)
 
 
-SPEC = register(
-    PolicySpec(
-        name="FIFO",
-        params_type=FIFOParams,
-        reference=FIFOReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(FIFOParams, FIFOReference, STEPS, state_bytes=_state_bytes)

@@ -22,7 +22,7 @@ Counters: ``block_hits`` (access found h resident), ``evictions``.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, unlink
 from ..engine.steps import Space, Steps, counter_array
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register, zeroed_state
+from .base import PolicyParams, ReferencePolicy, ix, register, zeroed_state
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,13 @@ class LFUReference(ReferencePolicy):
 
     def __init__(self, params: LFUParams) -> None:
         super().__init__(params)
-        self.capacity = params.capacity
         self.count: dict[Hashable, int] = {}  # resident blocks only
         self.last: dict[Hashable, int] = {}  # time of the last access, resident blocks only
         self.heap: list[tuple[int, int, Hashable]] = []
         self.now = 0
 
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.count
-
-    def resident_count(self) -> int:
-        return len(self.count)
+    def residents(self) -> Collection[Hashable]:
+        return self.count
 
     def access(self, h: Hashable) -> None:
         self.now += 1
@@ -180,12 +176,4 @@ def _state_bytes(p: LFUParams, n_blocks: int, n_accesses: int) -> int:
     return link_bytes(n_blocks) + 12 * n_blocks + 16 * (n_accesses + 2)
 
 
-SPEC = register(
-    PolicySpec(
-        name="LFU",
-        params_type=LFUParams,
-        reference=LFUReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(LFUParams, LFUReference, STEPS, state_bytes=_state_bytes)

@@ -15,16 +15,16 @@ Counters: ``block_hits`` (access found h resident), ``evictions``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
-from ..engine.lists import link_array, linked, pop_head, push, scalars, to_tail, unlink
-from ..engine.steps import Space, Steps, counter_array
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register, zeroed_state
+from ..engine.lists import linked, links, per_cache, pop_head, push, to_tail, unlink
+from ..engine.steps import Steps, counters, param
+from .base import PolicyParams, ReferencePolicy, ix, register, zeroed_state
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,10 @@ class LRUReference(ReferencePolicy):
 
     def __init__(self, params: PolicyParams) -> None:  # FIFOParams too: capacity only
         super().__init__(params)
-        self.capacity = params.capacity
         self.cache: OrderedDict[Hashable, None] = OrderedDict()
 
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.cache
-
-    def resident_count(self) -> int:
-        return len(self.cache)
+    def residents(self) -> Collection[Hashable]:
+        return self.cache
 
     def access(self, h: Hashable) -> None:
         if h in self.cache:
@@ -72,19 +68,10 @@ class LRUReference(ReferencePolicy):
 
 
 class LRUState(NamedTuple):
-    link: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    capacity: int
-
-
-def lru_state(p: LRUParams, space: Space) -> LRUState:
-    return LRUState(
-        link_array(space.n_ids),
-        scalars(space.n_caches, -1, -1, 0),
-        counter_array(space.n_caches, LRUReference.counter_names),
-        p.capacity,
-    )
+    link: np.ndarray = links()
+    sc: np.ndarray = per_cache(-1, -1, 0)
+    cnt: np.ndarray = counters(LRUReference)
+    capacity: int = param("capacity")
 
 
 def lru_is_resident(s, q, h):
@@ -111,7 +98,9 @@ def lru_remove(s, q, h):
     s.sc[ix(3 * q + 2)] -= 1
 
 
-STEPS = Steps(LRUState, lru_state, lru_is_resident, lru_hit, lru_admit, remove=lru_remove)
+STEPS = Steps(
+    LRUState, is_resident=lru_is_resident, hit=lru_hit, admit=lru_admit, remove=lru_remove
+)
 
 
 # --- fast kernel ----------------------------------------------------------------------------
@@ -233,20 +222,17 @@ def _kernel_args(p: LRUParams) -> tuple[int]:
 
 
 def _state_bytes(p: LRUParams, n_blocks: int, n_accesses: int) -> int:
-    """:func:`_kernel_state` and the steps' :func:`lru_state`: ``link``, two int64 at most per
+    """:func:`_kernel_state` and the steps' :class:`LRUState`: ``link``, two int64 at most per
     block; nothing per capacity slot."""
     return 16 * n_blocks
 
 
 SPEC = register(
-    PolicySpec(
-        name="LRU",
-        params_type=LRUParams,
-        reference=LRUReference,
-        steps=STEPS,
-        fast_kernel=lru_kernel,
-        kernel_args=_kernel_args,
-        kernel_state=_kernel_state,
-        state_bytes=_state_bytes,
-    )
+    LRUParams,
+    LRUReference,
+    STEPS,
+    fast_kernel=lru_kernel,
+    kernel_args=_kernel_args,
+    kernel_state=_kernel_state,
+    state_bytes=_state_bytes,
 )

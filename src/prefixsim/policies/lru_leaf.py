@@ -42,7 +42,7 @@ resident child because no resident block was a leaf).
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -66,7 +66,6 @@ from .base import (
     COMMON_COUNTERS,
     DEMOTED,
     PolicyParams,
-    PolicySpec,
     ReferencePolicy,
     ix,
     register,
@@ -117,15 +116,11 @@ class LRULeafReference(ChainTree, ReferencePolicy):
 
     def __init__(self, params: LRULeafParams) -> None:
         super().__init__(params)
-        self.capacity = params.capacity
         self.cache: OrderedDict[Hashable, None] = OrderedDict()
         self.init_tree()
 
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.cache
-
-    def resident_count(self) -> int:
-        return len(self.cache)
+    def residents(self) -> Collection[Hashable]:
+        return self.cache
 
     def access(self, h: Hashable) -> None:
         self.access_request([h])  # a block accessed alone is a one-block request
@@ -340,12 +335,4 @@ def _state_bytes(p: LRULeafParams, n_blocks: int, n_accesses: int) -> int:
     return 2 * link_bytes(n_blocks) + 16 * n_blocks + 8 * min(2 * p.capacity + 2, n_accesses + 1)
 
 
-SPEC = register(
-    PolicySpec(
-        name="LRU_LEAF",
-        params_type=LRULeafParams,
-        reference=LRULeafReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(LRULeafParams, LRULeafReference, STEPS, state_bytes=_state_bytes)

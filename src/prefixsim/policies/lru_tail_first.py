@@ -59,25 +59,16 @@ from numba import njit
 from ..engine.lists import (
     after,
     insert_before,
-    link_array,
     link_bytes,
+    links,
+    per_cache,
     pop_head,
     push,
-    scalars,
     unlink,
 )
 from ..engine.steps import DEMOTED as DEMOTED_ID
-from ..engine.steps import Space, Steps, counter_array
-from .base import (
-    COMMON_COUNTERS,
-    DEMOTED,
-    PolicyParams,
-    PolicySpec,
-    ReferencePolicy,
-    ix,
-    register,
-    zeroed_state,
-)
+from ..engine.steps import Steps, counters, param, per_id
+from .base import COMMON_COUNTERS, DEMOTED, PolicyParams, ReferencePolicy, ix, register
 from .lru import lru_is_resident
 
 
@@ -95,7 +86,6 @@ class LRUTailFirstReference(ReferencePolicy):
 
     def __init__(self, params: LRUTailFirstParams) -> None:
         super().__init__(params)
-        self.capacity = params.capacity
         self.old: OrderedDict[Hashable, None] = OrderedDict()
         self.placed: OrderedDict[Hashable, None] = OrderedDict()
 
@@ -157,21 +147,11 @@ _SIZE, _REQ, _SEG = 2, 3, 4
 
 
 class LRUTailFirstState(NamedTuple):
-    link: np.ndarray
-    stamp: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    capacity: int
-
-
-def lru_tail_first_state(p: LRUTailFirstParams, space: Space) -> LRUTailFirstState:
-    return LRUTailFirstState(
-        link_array(space.n_ids),
-        zeroed_state(space.n_ids, np.int64),
-        scalars(space.n_caches, -1, -1, 0, 0, -1),
-        counter_array(space.n_caches, LRUTailFirstReference.counter_names),
-        p.capacity,
-    )
+    link: np.ndarray = links()
+    stamp: np.ndarray = per_id(np.int64)
+    sc: np.ndarray = per_cache(-1, -1, 0, 0, -1)
+    cnt: np.ndarray = counters(LRUTailFirstReference)
+    capacity: int = param("capacity")
 
 
 def lru_tail_first_begin(s, q, ids, start, end):
@@ -232,26 +212,17 @@ def lru_tail_first_remove(s, q, h):
 
 STEPS = Steps(
     LRUTailFirstState,
-    lru_tail_first_state,
-    lru_is_resident,
-    lru_tail_first_hit,
-    lru_tail_first_admit,
+    is_resident=lru_is_resident,
+    hit=lru_tail_first_hit,
+    admit=lru_tail_first_admit,
     remove=lru_tail_first_remove,
     begin=lru_tail_first_begin,
 )
 
 
 def _state_bytes(p: LRUTailFirstParams, n_blocks: int, n_accesses: int) -> int:
-    """:func:`lru_tail_first_state`: ``link`` and ``stamp`` (int64) per id."""
+    """:class:`LRUTailFirstState`: ``link`` and ``stamp`` (int64) per id."""
     return link_bytes(n_blocks) + 8 * n_blocks
 
 
-SPEC = register(
-    PolicySpec(
-        name="LRU_TAIL_FIRST",
-        params_type=LRUTailFirstParams,
-        reference=LRUTailFirstReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(LRUTailFirstParams, LRUTailFirstReference, STEPS, state_bytes=_state_bytes)

@@ -45,14 +45,13 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, unlink
-from ..engine.steps import Space, Steps, counter_array
+from ..engine.lists import link_bytes, links, per_cache, pop_head, push, unlink
+from ..engine.steps import Space, Steps, counters, made, param
 from ..errors import ParameterError
 from .base import (
     COMMON_COUNTERS,
     Check,
     PolicyParams,
-    PolicySpec,
     ReferencePolicy,
     check_int,
     ix,
@@ -205,7 +204,6 @@ class S3FIFOReference(SMGReference):
                 self.counters["promotions"] += 1
                 self.admit_to_M(victim, vf)
             else:
-                self.evicted(victim)
                 self.insert_to_G(victim)
         self.S[h] = 0
 
@@ -217,12 +215,12 @@ class S3FIFOReference(SMGReference):
                 self.M[victim] = vf - 1  # requeued at the tail
                 continue
             del self.M[victim]
-            self.evicted(victim)
             self.insert_to_G(victim)
             break
         self.M[h] = freq
 
     def insert_to_G(self, h: Hashable) -> None:
+        self.evicted(h)  # h leaves S ∪ M for G: every call is an eviction
         if h in self.G:
             del self.G[h]
         elif len(self.G) >= self.ghost_cap:
@@ -246,29 +244,19 @@ _S, _M, _G, _NS, _NM, _NG = 0, 2, 4, 6, 7, 8  # offsets in a cache's scalars
 _K = 9
 
 
+def _st(p: S3FIFOParams, space: Space) -> np.ndarray:
+    return zeroed_state(space.n_ids, np.int64 if p.max_freq >= _INT32_MAX_FIELD else np.int32)
+
+
 class S3FIFOState(NamedTuple):
-    link: np.ndarray
-    st: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    small_cap: int
-    main_cap: int
-    saturated: int  # max_freq * 4: st[h] < saturated exactly when freq < max_freq
-    ghost_freq: int
-
-
-def s3fifo_state(p: S3FIFOParams, space: Space) -> S3FIFOState:
-    wide = p.max_freq >= _INT32_MAX_FIELD
-    return S3FIFOState(
-        link_array(space.n_ids),
-        zeroed_state(space.n_ids, np.int64 if wide else np.int32),
-        scalars(space.n_caches, -1, -1, -1, -1, -1, -1, 0, 0, 0),
-        counter_array(space.n_caches, S3FIFOReference.counter_names),
-        p.small_cap,
-        p.main_cap,
-        p.max_freq * 4,
-        p.ghost_freq,
-    )
+    link: np.ndarray = links()
+    st: np.ndarray = made(_st)
+    sc: np.ndarray = per_cache(-1, -1, -1, -1, -1, -1, 0, 0, 0)
+    cnt: np.ndarray = counters(S3FIFOReference)
+    small_cap: int = param("small_cap")
+    main_cap: int = param("main_cap")
+    saturated: int = made(lambda p, space: p.max_freq * 4)  # st[h] < it iff freq < max_freq
+    ghost_freq: int = param("ghost_freq")
 
 
 def s3fifo_is_resident(s, q, h):
@@ -387,7 +375,11 @@ def s3fifo_remove(s, q, h):
 
 
 STEPS = Steps(
-    S3FIFOState, s3fifo_state, s3fifo_is_resident, s3fifo_hit, s3fifo_admit, remove=s3fifo_remove
+    S3FIFOState,
+    is_resident=s3fifo_is_resident,
+    hit=s3fifo_hit,
+    admit=s3fifo_admit,
+    remove=s3fifo_remove,
 )
 
 
@@ -610,21 +602,18 @@ def _kernel_state(p: S3FIFOParams, n_blocks: int) -> tuple[np.ndarray, np.ndarra
 
 def _state_bytes(p: S3FIFOParams, n_blocks: int, n_accesses: int) -> int:
     """The larger of the fast kernel's :func:`_kernel_state` (``st``, int64 at most per block,
-    and the rings: int32 per slot of S, M and twice G) and the steps' :func:`s3fifo_state`
+    and the rings: int32 per slot of S, M and twice G) and the steps' :class:`S3FIFOState`
     (``link`` and ``st`` per id, nothing per slot)."""
     fast = 8 * n_blocks + 4 * (p.capacity + 2 * p.ghost_cap)
     return max(fast, link_bytes(n_blocks) + 8 * n_blocks)
 
 
 SPEC = register(
-    PolicySpec(
-        name="S3FIFO",
-        params_type=S3FIFOParams,
-        reference=S3FIFOReference,
-        steps=STEPS,
-        fast_kernel=s3fifo_kernel,
-        kernel_args=_kernel_args,
-        kernel_state=_kernel_state,
-        state_bytes=_state_bytes,
-    )
+    S3FIFOParams,
+    S3FIFOReference,
+    STEPS,
+    fast_kernel=s3fifo_kernel,
+    kernel_args=_kernel_args,
+    kernel_state=_kernel_state,
+    state_bytes=_state_bytes,
 )

@@ -69,7 +69,6 @@ from ..errors import ParameterError
 from .base import (
     Check,
     PolicyParams,
-    PolicySpec,
     check_int,
     ix,
     register,
@@ -140,7 +139,6 @@ class S3FIFOLCSReference(SMGReference):
 
     def __init__(self, params: S3FIFOLCSParams) -> None:
         super().__init__(params)
-        self.capacity = params.capacity
         self.threshold = params.move_to_main_threshold
         self.has_evicted = False
 
@@ -229,7 +227,7 @@ class S3FIFOLCSState(NamedTuple):
     threshold: int
 
 
-def s3fifo_lcs_state(p: S3FIFOLCSParams, space: Space) -> S3FIFOLCSState:
+def _refuse_one_slot(p: S3FIFOLCSParams) -> None:
     if p.small_cap == 1:
         raise ParameterError(
             "small_ratio",
@@ -238,6 +236,10 @@ def s3fifo_lcs_state(p: S3FIFOLCSParams, space: Space) -> S3FIFOLCSState:
             "queue of one slot admits nothing (the cache stays empty), which only the single "
             "cache replays; a tier or a cluster instance needs a small queue of 2 slots or more",
         )
+
+
+def s3fifo_lcs_state(p: S3FIFOLCSParams, space: Space) -> S3FIFOLCSState:
+    _refuse_one_slot(p)
     return S3FIFOLCSState(
         link_array(space.n_ids),
         zeroed_state(space.n_ids, np.int8),
@@ -351,6 +353,7 @@ STEPS = Steps(
     s3fifo_lcs_hit,
     s3fifo_lcs_admit,
     remove=s3fifo_lcs_remove,
+    refuse=_refuse_one_slot,
 )
 
 
@@ -512,13 +515,10 @@ def _state_bytes(p: S3FIFOLCSParams, n_blocks: int, n_accesses: int) -> int:
 
 
 SPEC = register(
-    PolicySpec(
-        name="S3FIFO_LCS",
-        params_type=S3FIFOLCSParams,
-        reference=S3FIFOLCSReference,
-        steps=STEPS,
-        fast_kernel=s3fifo_lcs_kernel,
-        kernel_args=_kernel_args,
-        state_bytes=_state_bytes,
-    )
+    S3FIFOLCSParams,
+    S3FIFOLCSReference,
+    STEPS,
+    fast_kernel=s3fifo_lcs_kernel,
+    kernel_args=_kernel_args,
+    state_bytes=_state_bytes,
 )

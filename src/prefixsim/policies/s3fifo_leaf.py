@@ -58,20 +58,21 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 from numba import njit
 
 from ..engine.lists import link_bytes, pop_head
-from ..engine.steps import Space, Steps, counter_array
-from .base import PolicySpec, ix, register, zeroed_state
+from ..engine.steps import Steps, counters, extend_state, per_id
+from .base import ix, register
 from .lru_leaf import ChainTree
 from .s3fifo import (
     _K,
     _M,
     S3FIFOParams,
     S3FIFOReference,
+    S3FIFOState,
     first_moves,
     into_ghost,
     into_main,
@@ -80,7 +81,6 @@ from .s3fifo import (
     s3fifo_hit,
     s3fifo_is_resident,
     s3fifo_remove,
-    s3fifo_state,
 )
 
 
@@ -128,7 +128,6 @@ class S3FIFOLeafReference(ChainTree, S3FIFOReference):
             if self.children[victim] > 0:
                 self.counters["forced_evictions"] += 1
             del self.M[victim]
-            self.evicted(victim)
             self.insert_to_G(victim)
             break
         self.M[h] = freq
@@ -150,33 +149,13 @@ class S3FIFOLeafReference(ChainTree, S3FIFOReference):
 # count, and the admitted block is adopted by its predecessor once its admission is done.
 
 
-class S3FIFOLeafState(NamedTuple):
-    link: np.ndarray
-    st: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    small_cap: int
-    main_cap: int
-    saturated: int
-    ghost_freq: int
-    parent: np.ndarray
-    children: np.ndarray
-
-
-def s3fifo_leaf_state(p: S3FIFOLeafParams, space: Space) -> S3FIFOLeafState:
-    s = s3fifo_state(p, space)
-    return S3FIFOLeafState(
-        s.link,
-        s.st,
-        s.sc,
-        counter_array(space.n_caches, S3FIFOLeafReference.counter_names),
-        s.small_cap,
-        s.main_cap,
-        s.saturated,
-        s.ghost_freq,
-        np.empty(space.n_ids, np.int32),
-        zeroed_state(space.n_ids, np.int32),
-    )
+S3FIFOLeafState = extend_state(
+    S3FIFOState,
+    "S3FIFOLeafState",
+    cnt=counters(S3FIFOLeafReference),  # S3FIFO's counters, then its own
+    parent=per_id(np.int32, zeroed=False),  # written at every admission before it is read
+    children=per_id(np.int32),
+)
 
 
 @njit(inline="always")
@@ -231,10 +210,9 @@ def s3fifo_leaf_remove(s, q, h):
 
 STEPS = Steps(
     S3FIFOLeafState,
-    s3fifo_leaf_state,
-    s3fifo_is_resident,
-    s3fifo_hit,
-    s3fifo_leaf_admit,
+    is_resident=s3fifo_is_resident,
+    hit=s3fifo_hit,
+    admit=s3fifo_leaf_admit,
     remove=s3fifo_leaf_remove,
 )
 
@@ -245,12 +223,4 @@ def _state_bytes(p: S3FIFOLeafParams, n_blocks: int, n_accesses: int) -> int:
     return link_bytes(n_blocks) + 16 * n_blocks
 
 
-SPEC = register(
-    PolicySpec(
-        name="S3FIFO_LEAF",
-        params_type=S3FIFOLeafParams,
-        reference=S3FIFOLeafReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(S3FIFOLeafParams, S3FIFOLeafReference, STEPS, state_bytes=_state_bytes)

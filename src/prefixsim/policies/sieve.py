@@ -36,15 +36,15 @@ Counters: ``block_hits`` (access found x in T), ``evictions``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import after, link_array, link_bytes, linked, push, scalars, unlink
-from ..engine.steps import Space, Steps, counter_array
-from .base import PolicyParams, PolicySpec, ReferencePolicy, ix, register
+from ..engine.lists import after, link_bytes, linked, links, per_cache, push, unlink
+from ..engine.steps import Steps, counters, param, per_id
+from .base import PolicyParams, ReferencePolicy, ix, register
 
 
 @dataclass(frozen=True)
@@ -78,11 +78,8 @@ class SIEVEReference(ReferencePolicy):
         self.tail: _Node | None = None  # oldest
         self.p: _Node | None = None  # the hand
 
-    def is_resident(self, h: Hashable) -> bool:
-        return h in self.T
-
-    def resident_count(self) -> int:
-        return len(self.T)
+    def residents(self) -> Collection[Hashable]:
+        return self.T
 
     def access(self, h: Hashable) -> None:
         if h in self.T:  # 1
@@ -143,21 +140,11 @@ class SIEVEReference(ReferencePolicy):
 
 
 class SIEVEState(NamedTuple):
-    link: np.ndarray
-    visited: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    capacity: int
-
-
-def sieve_state(p: SIEVEParams, space: Space) -> SIEVEState:
-    return SIEVEState(
-        link_array(space.n_ids),
-        np.zeros(space.n_ids, np.uint8),
-        scalars(space.n_caches, -1, -1, 0, -1),
-        counter_array(space.n_caches, SIEVEReference.counter_names),
-        p.capacity,
-    )
+    link: np.ndarray = links()
+    visited: np.ndarray = per_id(np.uint8)
+    sc: np.ndarray = per_cache(-1, -1, 0, -1)
+    cnt: np.ndarray = counters(SIEVEReference)
+    capacity: int = param("capacity")
 
 
 def sieve_is_resident(s, q, h):
@@ -198,20 +185,14 @@ def sieve_remove(s, q, h):
     s.sc[ix(e + 2)] -= 1
 
 
-STEPS = Steps(SIEVEState, sieve_state, sieve_is_resident, sieve_hit, sieve_admit, sieve_remove)
+STEPS = Steps(
+    SIEVEState, is_resident=sieve_is_resident, hit=sieve_hit, admit=sieve_admit, remove=sieve_remove
+)
 
 
 def _state_bytes(p: SIEVEParams, n_blocks: int, n_accesses: int) -> int:
-    """:func:`sieve_state`: ``link`` and ``visited`` (uint8) per id."""
+    """:class:`SIEVEState`: ``link`` and ``visited`` (uint8) per id."""
     return link_bytes(n_blocks) + n_blocks
 
 
-SPEC = register(
-    PolicySpec(
-        name="SIEVE",
-        params_type=SIEVEParams,
-        reference=SIEVEReference,
-        steps=STEPS,
-        state_bytes=_state_bytes,
-    )
-)
+SPEC = register(SIEVEParams, SIEVEReference, STEPS, state_bytes=_state_bytes)

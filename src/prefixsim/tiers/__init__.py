@@ -24,12 +24,13 @@ from typing import Any
 import numpy as np
 
 from ..engine import tiers as tiers_driver
+from ..errors import ParameterError
 from ..first_use import noted
 from ..policies import get_policy
-from ..policies.base import check_int
+from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, _as_trace, check_engine
 from ..semantics import Semantics, require_spec
-from ..trace import Trace
+from ..trace import Trace, check_block_size_matches
 from .model import (
     COUNTER_NAMES,
     MEDIA,
@@ -51,6 +52,7 @@ __all__ = [
     "Tier",
     "TieredResult",
     "block_tokens",
+    "check_hierarchy",
     "check_tiers",
     "make_tier",
     "replay_hierarchy",
@@ -78,11 +80,9 @@ def replay_tiers(
     ``"reference"`` the plain-Python reference driver (:mod:`prefixsim.tiers.reference`). Both
     take every policy, in the positions :func:`check_tiers` allows.
     """
-    require_spec(semantics, "a hierarchy of tiers")
     checked = check_tiers(tiers, mode)
-    block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
-    check_engine(engine)
     trace = _as_trace(trace_or_path)
+    block_size = check_hierarchy(trace, checked, block_size, engine=engine, semantics=semantics)
     start = time.perf_counter()
     if engine == "kernel":
         hit_tokens, tier_hit_tokens, tcnt, final = tiers_driver.run(
@@ -115,6 +115,33 @@ def replay_tiers(
         engine=engine,
         seconds=seconds,
     )
+
+
+def check_hierarchy(
+    trace: Trace,
+    tiers: Sequence[Tier],
+    block_size: int,
+    *,
+    engine: Engine = "kernel",
+    semantics: Semantics | str | None = None,
+) -> int:
+    """Every refusal :func:`replay_tiers` makes for checked ``tiers`` (:func:`check_tiers`)
+    before it replays, allocating nothing (it calls this; so does
+    :func:`prefixsim.scenario.check_scenario`): the semantics, the block size and the trace's,
+    the engine, and each tier's compiled steps and state for this trace. Returns the block
+    size, checked."""
+    require_spec(semantics, "a hierarchy of tiers")
+    block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    check_engine(engine)
+    check_block_size_matches(trace, block_size)
+    if engine == "kernel":
+        for i, tier in enumerate(tiers):
+            try:
+                check_state_fits(tier.params, trace.n_blocks, trace.n_accesses)
+                get_policy(tier.policy).compiled_steps(tier.params)
+            except ParameterError as err:  # under the tier's key
+                raise ParameterError(f"tiers[{i}].{err.name}", err.value, err.allowed) from None
+    return block_size
 
 
 def replay_hierarchy(
