@@ -290,6 +290,34 @@ class _Fresh:
         return [next(self._next) for _ in range(n)]
 
 
+def request_accesses(
+    trace: Trace, semantics: Semantics, block_size: int
+) -> tuple[list[list[Hashable]], list[list[Hashable]], list[int]]:
+    """Every request's blocks under ``semantics`` (:func:`request_blocks`), for the plain
+    references: ``(cached, temporary, max_hit)`` per request. ``cached[r]`` are its cached
+    blocks (its first ``n_prompt`` hashes, then ``n_output`` output blocks), ``temporary[r]``
+    the blocks it holds and never caches; both new ones get hashes no trace block has
+    (:class:`_Fresh`, negative integers, unique over the trace). Under ``spec``: its hashes,
+    none temporary, ``max_hit`` all of them."""
+    block_ids = trace.block_ids.tolist()
+    offsets = trace.offsets.tolist()
+    lengths = trace.input_lengths.tolist()
+    outputs = trace.output_lengths.tolist()
+    fresh = _Fresh()
+    cached: list[list[Hashable]] = []
+    temps: list[list[Hashable]] = []
+    max_hits: list[int] = []
+    for r in range(trace.n_requests):
+        hashes = block_ids[offsets[r] : offsets[r + 1]]
+        n_prompt, n_output, n_temp, max_hit = semantics.request_blocks(
+            lengths[r], outputs[r], len(hashes), block_size
+        )
+        cached.append([*hashes[:n_prompt], *fresh.take(n_output)])
+        temps.append(list(fresh.take(n_temp)))
+        max_hits.append(max_hit)
+    return cached, temps, max_hits
+
+
 def reference_replay(
     trace: Trace,
     params: PolicyParams,
@@ -317,25 +345,12 @@ def reference_replay(
     if sem.name != "spec":
         check_fits(sem, trace, params.capacity, block_size)
         params = _with_capacity(params, sem.usable_capacity(params.capacity))
-    block_ids = trace.block_ids.tolist()
-    offsets = trace.offsets.tolist()
     lengths = trace.input_lengths.tolist()
     outputs = trace.output_lengths.tolist()
     code = sem.code
-    fresh = _Fresh()
     # The accesses of every request, built first so that an offline policy sees the stream it
     # will be replayed with (output and temporary blocks included).
-    cached: list[list[Hashable]] = []
-    temps: list[list[Hashable]] = []
-    max_hits: list[int] = []
-    for r in range(trace.n_requests):
-        hashes = block_ids[offsets[r] : offsets[r + 1]]
-        n_prompt, n_output, n_temp, max_hit = request_blocks(
-            code, lengths[r], outputs[r], len(hashes), block_size, sem.cache_output_blocks
-        )
-        cached.append([*hashes[:n_prompt], *fresh.take(n_output)])
-        temps.append(list(fresh.take(n_temp)))
-        max_hits.append(max_hit)
+    cached, temps, max_hits = request_accesses(trace, sem, block_size)
     cache = spec.reference(params)
     stream: list[Hashable] = []
     stream_offsets = [0]
