@@ -359,35 +359,56 @@ def reference_replay(
         stream.extend(held)
         stream_offsets.append(len(stream))
     cache.prepare(stream, stream_offsets)
-    request_level = isinstance(cache, RequestLevelPolicy)
     out = np.empty(trace.n_requests, np.int64)
     n_temps = 0
     for r, blocks in enumerate(cached):
-        held = temps[r]
-        n_temps += len(held)
-        if request_level:
-            k = cache.prefix_blocks(blocks)  # type: ignore[attr-defined]
-        else:
-            k = 0
-            while k < len(blocks) and cache.is_resident(blocks[k]):
-                k += 1
-        out[r] = hit_tokens(code, k, max_hits[r], lengths[r], block_size)
-        if request_level:
-            decode = decode_pages(lengths[r], outputs[r], block_size, sem.cache_output_blocks)
-            cache.serve_request(blocks, min(k, max_hits[r]), len(held), decode)  # type: ignore[attr-defined]
-            continue
-        if not held:
-            cache.access_request(blocks)
-            continue
-        cache.access_request([*blocks, *held])
-        if sem.free_front:
-            _release(cache, held, params.policy)
+        n_temps += len(temps[r])
+        out[r] = engine_request(
+            cache, blocks, temps[r], max_hits[r], lengths[r], outputs[r], block_size, sem,
+            params.policy,
+        )  # fmt: skip
     counters = dict(cache.counters)
     if code != SPEC:
         # the accesses made: the cached blocks (prompt and output) and the temporary ones
         counters["block_accesses"] = len(stream)
         counters["temporary_blocks"] = n_temps
     return out, cache.resident_count(), counters
+
+
+def leading_blocks(cache: ReferencePolicy, blocks: Sequence[Hashable]) -> int:
+    """How many leading ``blocks`` are resident in ``cache`` now (read-only): the policy's own
+    prefix match for a :class:`RequestLevelPolicy`."""
+    if isinstance(cache, RequestLevelPolicy):
+        return cache.prefix_blocks(blocks)
+    k = 0
+    while k < len(blocks) and cache.is_resident(blocks[k]):
+        k += 1
+    return k
+
+
+def engine_request(
+    cache: ReferencePolicy, blocks: Sequence[Hashable], held: Sequence[Hashable], max_hit: int,
+    input_length: int, output_length: int, block_size: int, semantics: Semantics, policy: str,
+) -> int:  # fmt: skip
+    """One request of :func:`reference_replay` on one reference cache (a cluster's instance
+    too): its hit tokens at arrival (:func:`leading_blocks`, :func:`hit_tokens`), then its
+    cached ``blocks`` and its temporary ones (``held``) accessed in order, then ``held``
+    released unless vLLM frees them to the back; a :class:`RequestLevelPolicy` serves the
+    request itself."""
+    k = leading_blocks(cache, blocks)
+    tokens = hit_tokens(semantics.code, k, max_hit, input_length, block_size)
+    if isinstance(cache, RequestLevelPolicy):
+        outputs = semantics.cache_output_blocks
+        decode = decode_pages(input_length, output_length, block_size, outputs)
+        cache.serve_request(blocks, min(k, max_hit), len(held), decode)
+        return tokens
+    if not held:
+        cache.access_request(blocks)
+        return tokens
+    cache.access_request([*blocks, *held])
+    if semantics.free_front:
+        _release(cache, held, policy)
+    return tokens
 
 
 @dataclass(frozen=True)

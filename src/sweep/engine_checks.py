@@ -144,7 +144,9 @@ def _check_points(
     for i, gp in enumerate(points):  # the whole trace: a request no engine could schedule
         if not isinstance(results[i], Exception):
             try:
-                check_fits(gp.semantics, trace, gp.params.capacity, gp.block_size)
+                params = gp.params  # a hierarchy's requests must fit its top tier (the device)
+                top = params.tiers[0].params if isinstance(params, Hierarchy) else params
+                check_fits(gp.semantics, trace, top.capacity, gp.block_size)
             except ParameterError as err:
                 results[i] = err
     refused = [
