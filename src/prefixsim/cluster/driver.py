@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cost import prefill_seconds
 from ..engine.rules import (
     EngineRule,
     SpecRule,
@@ -51,7 +52,6 @@ from ..engine.rules import (
 )
 from ..engine.steps import Space, Steps, is_resident, ix
 from ..semantics import Layout
-from .load import prefill_seconds
 from .routers import KERNEL_KV_AWARE
 
 
@@ -62,7 +62,7 @@ def _template(stamp: str) -> Any:
         instance, out, delay, prefill, service, free, released,
     ):  # fmt: skip
         stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
-        bs, two_p, coeff, eff, kvb, bw = consts
+        bs, two_p, coeff, reuse, eff, kvb, bw = consts
         n_pairs = 0
         for r in range(input_lengths.shape[0]):
             start = offsets[ix(r)]
@@ -92,7 +92,7 @@ def _template(stamp: str) -> Any:
                     hit = hit_tokens(rule, k - start, n)
                     if hit != memo_hit:  # instances often share a prefix length: reuse its time
                         memo_hit = hit
-                        memo_p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                        memo_p = prefill_seconds(n, hit, bs, two_p, coeff, reuse, eff, kvb, bw)
                     cost += overlap_weight * memo_p
                 if best < 0 or cost < best_cost:
                     best = i
@@ -118,7 +118,7 @@ def _template(stamp: str) -> Any:
             s.cnt[ix(i), 1] += evictions
             released[ix(i)] += removed
             # Load model: FCFS on instance i.
-            p = prefill_seconds(n, tokens, bs, two_p, coeff, eff, kvb, bw)
+            p = prefill_seconds(n, tokens, bs, two_p, coeff, reuse, eff, kvb, bw)
             begin_at = free[ix(i)] if free[ix(i)] > t else t
             delay[ix(r)] = begin_at - t
             prefill[ix(r)] = p
