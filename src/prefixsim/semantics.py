@@ -559,20 +559,6 @@ def _one_slot_small_queue(params: PolicyParams, semantics: Semantics) -> bool:
     return getattr(usable, "small_cap", 0) == 1
 
 
-def require_spec(semantics: Semantics | str | None, composition: str) -> Semantics:
-    """``semantics`` as a :class:`Semantics`, refused unless ``spec`` for a composition whose
-    replay under an engine's rules is not defined yet (one line, naming it)."""
-    sem = Semantics.of(semantics)
-    if sem.name != "spec":
-        raise ParameterError(
-            "semantics",
-            sem.name,
-            f"{composition} is replayed under semantics=spec only for now (an engine's rules "
-            "for it are not defined yet)",
-        )
-    return sem
-
-
 def _release(cache: ReferencePolicy, held: Sequence[Hashable], policy: str) -> None:
     """Free a request's temporary blocks: each leaves the cache (the slot is free) if the
     request's own admissions have not evicted it already."""

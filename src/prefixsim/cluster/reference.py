@@ -12,6 +12,7 @@ offline policy (behind a static router only) is first told each instance's futur
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,7 @@ class _View:
     caches: list[ReferencePolicy]
     free: list[float]
     t: float
-    blocks: list[int]
+    blocks: list[Hashable]
     """The request's cached blocks (under ``spec``, its ``hash_ids``)."""
     max_hit: int
     input_length: int
