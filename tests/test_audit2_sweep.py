@@ -58,35 +58,39 @@ def test_a_tier_key_is_still_accepted() -> None:
 
 
 @pytest.mark.parametrize(
-    "typed",
+    ("typed", "fragment"),
     [
-        "unhashed_free=back",
-        "unhashed_free=front",  # the default, typed: still not what a hierarchy replays
-        "cache_output_blocks=true",
-        "cache_output_blocks=false",
+        (["unhashed_free=back"], "invalid unhashed_free='back': applies to semantics=vllm only"),
+        (["cache_output_blocks=true"], "invalid cache_output_blocks=True: applies to semantics"),
     ],
 )
-def test_a_semantics_option_with_tiers_is_refused(
+def test_a_semantics_option_with_tiers_follows_the_semantics_rules(
     cli,  # noqa: F811
     tmp_path: Path,
-    typed: str,
+    typed: list[str],
+    fragment: str,
 ) -> None:  # type: ignore[no-untyped-def]
-    # a hierarchy replays the spec's semantics only: these options (vllm's, sglang's) were
-    # silently ignored (tiers=hbm_dram unhashed_free=back ran and wrote its point)
-    key = typed.split("=")[0]
-    line = assert_refused(
-        cli, tmp_path, ["tiers=hbm_dram", typed], f"{key}: does not apply to a hierarchy"
-    )
-    assert "tiers.LEVEL" not in line  # no tier has it either
-    assert f"remove {key}" in line
+    # A hierarchy takes the engines' semantics (docs/semantics.md, "In a hierarchy"): an
+    # option no semantics of the grid has is refused as for a single cache, never ignored.
+    assert_refused(cli, tmp_path, ["tiers=hbm_dram", *typed], fragment)
 
 
-@pytest.mark.parametrize("kw", [{"unhashed_free": ["back"]}, {"cache_output_blocks": [True]}])
-def test_the_api_refuses_a_semantics_option_with_tiers(kw: dict[str, object]) -> None:
+def test_a_hierarchy_takes_every_semantics_and_option() -> None:
+    from prefixsim import Semantics
+
     tiers = TiersConfig(name="t", order=["hbm"], hbm=TierConfig(capacity=[8]))
-    cfg = SweepConfig(tiers=tiers, **kw)  # type: ignore[arg-type]
-    with pytest.raises(PlanError, match=f"{next(iter(kw))}: does not apply to a hierarchy"):
-        plan_grid(cfg)
+    cfg = SweepConfig(
+        tiers=tiers,
+        semantics=["spec", "vllm", "sglang"],
+        unhashed_free=["front", "back"],
+        cache_output_blocks=[True],
+    )
+    assert [gp.semantics for gp in plan_grid(cfg)] == [
+        Semantics("spec"),
+        Semantics("vllm", "front", True),
+        Semantics("vllm", "back", True),
+        Semantics("sglang", cache_output_blocks=True),
+    ]
 
 
 # --- Partly 12: hardware keys and cache_tier were checked only with a model -----------------

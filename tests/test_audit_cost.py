@@ -35,9 +35,12 @@ def exact_prefill_seconds(
     model: ModelProfile, hw: HardwareProfile, tier: str, n: int, h: int, block_size: int
 ) -> Fraction:
     """``flops(n, h) / effective_flops + ceil(h / block_size) * kv_bytes / bandwidth``, with the
-    GPU count applied to both rates (docs/cost-model.md), as an exact fraction."""
+    GPU count applied to both rates (docs/cost-model.md), as an exact fraction; ``flops`` with
+    the up-projection of the reused latents of a latent-attention profile (paid when something
+    is computed)."""
     attention = model.layers * model.attention_heads * (model.head_dim + model.value_dim)
     flops = 2 * model.active_params * (n - h) + attention * (n * (n + 1) - h * (h + 1))
+    flops += model.reuse_flops_per_token() * h if h < n else 0
     reused = -(-h // block_size) * model.kv_bytes_per_block(block_size)
     gpus = hw.n_gpus
     eff = Fraction(hw.peak_flops[hw.compute_dtype]) * Fraction(hw.mfu) * gpus

@@ -2,7 +2,7 @@
 
 The engine modes through the public entry points equal the engine-faithful oracles per request
 (the same generated traces as tests/test_engines.py); ``spec`` is the default and the same
-kernel's numbers bit for bit; the compositions without a defined engine semantics refuse it.
+kernel's numbers bit for bit; the hierarchy and every router take it too.
 """
 
 from __future__ import annotations
@@ -190,16 +190,23 @@ def test_cluster_instances_are_engine_caches() -> None:
 
 
 @pytest.mark.parametrize("router", ["least_loaded", "kv_aware"])
-def test_cluster_refuses_routers_reading_the_caches(router: str) -> None:
-    trace = engine_trace([(8, ["a", "b"])])
+def test_cluster_load_aware_routers_take_the_engines(router: str) -> None:
+    # (8, [a, b]) twice, far apart: the second hits 1 block (the cap), not 2; the result
+    # says which semantics ran (tests/test_cluster_semantics.py has the per-request checks).
+    trace = engine_trace([(8, ["a", "b"]), (8, ["a", "b"])])
     kw = {"model": "llama-3.1-8b", "hardware": "h100"}
-    with pytest.raises(ParameterError, match=f"semantics='vllm'.*router={router}.*not defined"):
-        replay_cluster(trace, 2, router, "LRU", 8, BS, semantics="vllm", **kw)  # type: ignore[arg-type]
+    got = replay_cluster(trace, 2, router, "LRU", 8, BS, semantics="vllm", **kw)  # type: ignore[arg-type]
+    assert got.hit_tokens.tolist() == [0, 4]
+    assert got.semantics == Semantics("vllm") and got.engine == "kernel"
 
 
-def test_tiers_refuse_engine_semantics() -> None:
-    trace = engine_trace([(8, ["a", "b"])])
+def test_tiers_take_engine_semantics() -> None:
+    # (8, [a, b]) twice through LRU(4) over LRU(8): the second hits 1 block under SGLang's
+    # cap, 2 under the specification; the report names the semantics.
+    trace = engine_trace([(8, ["a", "b"]), (8, ["a", "b"])])
     tiers = [{"policy": "LRU", "capacity": 4}, {"policy": "LRU", "capacity": 8}]
-    assert replay_tiers(trace, tiers, block_size=BS, semantics="spec").total_hit_tokens == 0
-    with pytest.raises(ParameterError, match="semantics='sglang': a hierarchy of tiers"):
-        replay_tiers(trace, tiers, block_size=BS, semantics="sglang")
+    assert replay_tiers(trace, tiers, block_size=BS).hit_tokens.tolist() == [0, 8]
+    got = replay_tiers(trace, tiers, block_size=BS, semantics="sglang")
+    assert got.hit_tokens.tolist() == [0, 4]
+    report = got.to_report(per_request=False)
+    assert (report["semantics"], report["unhashed_free"]) == ("sglang", "front")

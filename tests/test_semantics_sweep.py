@@ -75,10 +75,8 @@ def test_spec_keys_are_todays_and_engine_keys_differ() -> None:
          "expected one of front, back"),
         (["cache_output_blocks=true"], "invalid cache_output_blocks=True: applies to "
          "semantics=vllm or sglang"),
-        (["semantics=vllm", "router=kv_aware", "instances=2", "model=llama-3.1-8b"],
-         "router=kv_aware reads the caches"),
-        (["semantics=sglang", "tiers=hbm_dram"], "a hierarchy (tiers=hbm_dram) is replayed "
-         "under semantics=spec only"),
+        (["semantics=vllm", "tiers=hbm_dram", "tiers.hbm.capacity=20"],
+         "line 7 of conversation needs 46 blocks"),
         (["semantics=vllm", "policy=LRU", "capacity=20"], "line 7 of conversation needs 46 blocks"),
         (["semantics=vllm", "policy=LRU", "capacity=1"], "reserves block 0 as the null block"),
     ],
@@ -130,3 +128,40 @@ def test_figures_draw_each_semantics_as_a_series() -> None:
     assert got == ["LRU", "LRU@vllm[outputs]", "LRU@vllm[back]", "S3FIFO"]
     spec_only = df.iloc[[0, 3]]
     assert figure_policies(spec_only) is spec_only
+
+
+def test_hierarchy_and_cluster_rows_under_each_semantics(tmp_path: Path) -> None:
+    """A hierarchy's rows (and a kv_aware cluster's) carry the semantics they ran under and
+    equal ``replay_tiers`` (``replay_cluster``) under it, per request."""
+    from prefixsim.cluster import replay_cluster
+    from prefixsim.tiers import make_tier, replay_tiers
+    from sweep.config import TierConfig, TiersConfig
+
+    trace = bundled_head(tmp_path, 300)
+    tiers = TiersConfig(
+        name="t",
+        order=["hbm", "dram"],
+        hbm=TierConfig(policy=["LRU"], capacity=[256]),
+        dram=TierConfig(policy=["S3FIFO"], capacity=[1024]),
+    )
+    names = ["spec", "vllm", "sglang"]
+    run_sweep(config(tmp_path / "t", trace=[str(trace)], tiers=tiers, semantics=names))
+    rows = pd.read_parquet(tmp_path / "t" / "results.parquet")
+    per = pd.read_parquet(tmp_path / "t" / "per_request.parquet")
+    assert sorted(rows.semantics) == sorted(names)
+    hierarchy = [make_tier("LRU", 256, name="hbm"), make_tier("S3FIFO", 1024, name="dram")]
+    for row in rows.itertuples():
+        want = replay_tiers(str(trace), hierarchy, semantics=row.semantics)
+        assert row.total_hit_tokens == want.total_hit_tokens
+        assert row.tier1_hit_tokens == want.total_tier_hit_tokens[1]
+        got = per[per["point_id"] == row.point_id]["hit_tokens"].to_numpy()
+        np.testing.assert_array_equal(got, want.hit_tokens)
+        assert pd.isna(row.temporary_blocks) == (row.semantics == "spec")
+    cluster = config(tmp_path / "c", trace=[str(trace)], policy=["LRU"], capacity=[256],
+                     instances=[2], router=["kv_aware"], model="llama-3.1-8b", hardware="h100",
+                     semantics=["vllm"])  # fmt: skip
+    run_sweep(cluster)
+    (row,) = pd.read_parquet(tmp_path / "c" / "results.parquet").itertuples()
+    want = replay_cluster(str(trace), 2, "kv_aware", "LRU", 256, model="llama-3.1-8b",
+                          hardware="h100", semantics="vllm")  # fmt: skip
+    assert (row.semantics, row.total_hit_tokens) == ("vllm", want.total_hit_tokens)

@@ -70,7 +70,9 @@ Public names (stable): :func:`prefill_flops`, :func:`prefill_flops_reference`,
 :func:`reused_blocks`, :func:`tier_reused_blocks`, :class:`PrefillCost`, :func:`prefill_cost`,
 :func:`prefill_cost_reference`, :func:`prefill_cost_tiers`, :func:`prefill_cost_tiers_reference`,
 :func:`block_recompute_flops`, :func:`break_even_bandwidth`, :func:`break_even_block`,
-:func:`capacity_blocks`, :func:`check_cost`.
+:func:`capacity_blocks`, :func:`check_cost`, :func:`prefill_seconds` (one request's estimated
+prefill time as a compiled scalar function, for the cluster's load model) and
+:func:`prefill_constants` (its arguments).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numba import njit
 
 from ._exact import INT64_MAX, exact_sum, first_running_total_over
 from .errors import ParameterError, TraceError
@@ -572,6 +575,44 @@ def prefill_cost_tiers(
         bandwidth=bandwidths[0] if len(bandwidths) == 1 else None,
         tier_bandwidths=tuple(bandwidths),
     )
+
+
+def prefill_constants(
+    model: ModelProfile, hardware: HardwareProfile, tier: str, block_size: int
+) -> tuple[int, float, float, float, float, int, float]:
+    """The trailing arguments of :func:`prefill_seconds` for ``model`` on ``hardware`` with the
+    cache in ``tier``: ``(block_size, 2 * active_params, attention coefficient,
+    reuse_flops_per_token, effective_flops, kv_bytes_per_block, bandwidth)``."""
+    return (
+        block_size,
+        float(2 * model.active_params),
+        float(_attention_coefficient(model)),
+        float(model.reuse_flops_per_token()),
+        hardware.effective_flops,
+        model.kv_bytes_per_block(block_size),
+        hardware.tier_bandwidth(tier),
+    )
+
+
+@njit(cache=True)
+def prefill_seconds(n, h, block_size, two_active, attention_coeff, reuse, eff_flops, kv_bytes, bw):
+    """``est_prefill_seconds`` of one request of ``n`` prompt tokens with the first ``h``
+    reused, :func:`prefill_cost`'s formula for one request in its operations and their order
+    (so the two agree to the bit)::
+
+        flops(n, h) / effective_flops + ceil(h / block_size) * kv_bytes_per_block / bandwidth
+
+    with ``flops(n, h)`` the module's, the up-projection of the reused latents included
+    (``reuse``, 0 but for latent attention). The arguments are :func:`prefill_constants`'s;
+    ``n * (n + 1)`` and the reused bytes are exact int64 for ``n <= 2**31`` (the cluster's
+    bound on prompts, checked by its caller). Compiled, so that the cluster driver's routing
+    and queues (and, as ``py_func``, its reference) call this one formula."""
+    pairs = float(n * (n + 1) - h * (h + 1))
+    flops = float(n - h) * two_active + pairs * attention_coeff
+    if reuse != 0.0 and h < n:  # prefill_flops adds it only for such a profile
+        flops += float(h) * reuse
+    reused = ((h + block_size - 1) // block_size) * kv_bytes
+    return flops / eff_flops + float(reused) / bw
 
 
 def prefill_cost_reference(

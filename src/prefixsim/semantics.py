@@ -290,6 +290,34 @@ class _Fresh:
         return [next(self._next) for _ in range(n)]
 
 
+def request_accesses(
+    trace: Trace, semantics: Semantics, block_size: int
+) -> tuple[list[list[Hashable]], list[list[Hashable]], list[int]]:
+    """Every request's blocks under ``semantics`` (:func:`request_blocks`), for the plain
+    references: ``(cached, temporary, max_hit)`` per request. ``cached[r]`` are its cached
+    blocks (its first ``n_prompt`` hashes, then ``n_output`` output blocks), ``temporary[r]``
+    the blocks it holds and never caches; both new ones get hashes no trace block has
+    (:class:`_Fresh`, negative integers, unique over the trace). Under ``spec``: its hashes,
+    none temporary, ``max_hit`` all of them."""
+    block_ids = trace.block_ids.tolist()
+    offsets = trace.offsets.tolist()
+    lengths = trace.input_lengths.tolist()
+    outputs = trace.output_lengths.tolist()
+    fresh = _Fresh()
+    cached: list[list[Hashable]] = []
+    temps: list[list[Hashable]] = []
+    max_hits: list[int] = []
+    for r in range(trace.n_requests):
+        hashes = block_ids[offsets[r] : offsets[r + 1]]
+        n_prompt, n_output, n_temp, max_hit = semantics.request_blocks(
+            lengths[r], outputs[r], len(hashes), block_size
+        )
+        cached.append([*hashes[:n_prompt], *fresh.take(n_output)])
+        temps.append(list(fresh.take(n_temp)))
+        max_hits.append(max_hit)
+    return cached, temps, max_hits
+
+
 def reference_replay(
     trace: Trace,
     params: PolicyParams,
@@ -317,25 +345,12 @@ def reference_replay(
     if sem.name != "spec":
         check_fits(sem, trace, params.capacity, block_size)
         params = _with_capacity(params, sem.usable_capacity(params.capacity))
-    block_ids = trace.block_ids.tolist()
-    offsets = trace.offsets.tolist()
     lengths = trace.input_lengths.tolist()
     outputs = trace.output_lengths.tolist()
     code = sem.code
-    fresh = _Fresh()
     # The accesses of every request, built first so that an offline policy sees the stream it
     # will be replayed with (output and temporary blocks included).
-    cached: list[list[Hashable]] = []
-    temps: list[list[Hashable]] = []
-    max_hits: list[int] = []
-    for r in range(trace.n_requests):
-        hashes = block_ids[offsets[r] : offsets[r + 1]]
-        n_prompt, n_output, n_temp, max_hit = request_blocks(
-            code, lengths[r], outputs[r], len(hashes), block_size, sem.cache_output_blocks
-        )
-        cached.append([*hashes[:n_prompt], *fresh.take(n_output)])
-        temps.append(list(fresh.take(n_temp)))
-        max_hits.append(max_hit)
+    cached, temps, max_hits = request_accesses(trace, sem, block_size)
     cache = spec.reference(params)
     stream: list[Hashable] = []
     stream_offsets = [0]
@@ -344,35 +359,56 @@ def reference_replay(
         stream.extend(held)
         stream_offsets.append(len(stream))
     cache.prepare(stream, stream_offsets)
-    request_level = isinstance(cache, RequestLevelPolicy)
     out = np.empty(trace.n_requests, np.int64)
     n_temps = 0
     for r, blocks in enumerate(cached):
-        held = temps[r]
-        n_temps += len(held)
-        if request_level:
-            k = cache.prefix_blocks(blocks)  # type: ignore[attr-defined]
-        else:
-            k = 0
-            while k < len(blocks) and cache.is_resident(blocks[k]):
-                k += 1
-        out[r] = hit_tokens(code, k, max_hits[r], lengths[r], block_size)
-        if request_level:
-            decode = decode_pages(lengths[r], outputs[r], block_size, sem.cache_output_blocks)
-            cache.serve_request(blocks, min(k, max_hits[r]), len(held), decode)  # type: ignore[attr-defined]
-            continue
-        if not held:
-            cache.access_request(blocks)
-            continue
-        cache.access_request([*blocks, *held])
-        if sem.free_front:
-            _release(cache, held, params.policy)
+        n_temps += len(temps[r])
+        out[r] = engine_request(
+            cache, blocks, temps[r], max_hits[r], lengths[r], outputs[r], block_size, sem,
+            params.policy,
+        )  # fmt: skip
     counters = dict(cache.counters)
     if code != SPEC:
         # the accesses made: the cached blocks (prompt and output) and the temporary ones
         counters["block_accesses"] = len(stream)
         counters["temporary_blocks"] = n_temps
     return out, cache.resident_count(), counters
+
+
+def leading_blocks(cache: ReferencePolicy, blocks: Sequence[Hashable]) -> int:
+    """How many leading ``blocks`` are resident in ``cache`` now (read-only): the policy's own
+    prefix match for a :class:`RequestLevelPolicy`."""
+    if isinstance(cache, RequestLevelPolicy):
+        return cache.prefix_blocks(blocks)
+    k = 0
+    while k < len(blocks) and cache.is_resident(blocks[k]):
+        k += 1
+    return k
+
+
+def engine_request(
+    cache: ReferencePolicy, blocks: Sequence[Hashable], held: Sequence[Hashable], max_hit: int,
+    input_length: int, output_length: int, block_size: int, semantics: Semantics, policy: str,
+) -> int:  # fmt: skip
+    """One request of :func:`reference_replay` on one reference cache (a cluster's instance
+    too): its hit tokens at arrival (:func:`leading_blocks`, :func:`hit_tokens`), then its
+    cached ``blocks`` and its temporary ones (``held``) accessed in order, then ``held``
+    released unless vLLM frees them to the back; a :class:`RequestLevelPolicy` serves the
+    request itself."""
+    k = leading_blocks(cache, blocks)
+    tokens = hit_tokens(semantics.code, k, max_hit, input_length, block_size)
+    if isinstance(cache, RequestLevelPolicy):
+        outputs = semantics.cache_output_blocks
+        decode = decode_pages(input_length, output_length, block_size, outputs)
+        cache.serve_request(blocks, min(k, max_hit), len(held), decode)
+        return tokens
+    if not held:
+        cache.access_request(blocks)
+        return tokens
+    cache.access_request([*blocks, *held])
+    if semantics.free_front:
+        _release(cache, held, policy)
+    return tokens
 
 
 @dataclass(frozen=True)
@@ -553,20 +589,6 @@ def _one_slot_small_queue(params: PolicyParams, semantics: Semantics) -> bool:
         return False
     usable = _with_capacity(params, semantics.usable_capacity(params.capacity))
     return getattr(usable, "small_cap", 0) == 1
-
-
-def require_spec(semantics: Semantics | str | None, composition: str) -> Semantics:
-    """``semantics`` as a :class:`Semantics`, refused unless ``spec`` for a composition whose
-    replay under an engine's rules is not defined yet (one line, naming it)."""
-    sem = Semantics.of(semantics)
-    if sem.name != "spec":
-        raise ParameterError(
-            "semantics",
-            sem.name,
-            f"{composition} is replayed under semantics=spec only for now (an engine's rules "
-            "for it are not defined yet)",
-        )
-    return sem
 
 
 def _release(cache: ReferencePolicy, held: Sequence[Hashable], policy: str) -> None:

@@ -286,12 +286,8 @@ _DEFAULTS: dict[str, Any] = {"unhashed_free": "front", "cache_output_blocks": Fa
 def semantics_family(cfg: SweepConfig, axes: Axes) -> list[Semantics]:
     """``semantics`` and its options: each semantics by the options it has, deduplicated. An
     option value none of the grid's semantics has is refused (as :class:`Semantics` refuses
-    it), and so is a router whose decision reads the caches or the loads under an engine's
-    semantics. A hierarchy's grid is ``spec`` only (refused otherwise before the points)."""
-    if cfg.tiers is not None:
-        return [SPEC]
-    from prefixsim.cluster.modes import check_router
-
+    it). Every composition takes every semantics: a single cache, a hierarchy (the engine's
+    rule on the combined prefix, ``docs/semantics.md``), a cluster behind any router."""
     names = unique(cfg.semantics)
     _check_names("semantics", names, SEMANTICS)
     options = {k: unique(getattr(cfg, k)) for k in _APPLIES}
@@ -315,10 +311,6 @@ def semantics_family(cfg: SweepConfig, axes: Axes) -> list[Semantics]:
             sem = Semantics(name, **dict(zip(own, combo, strict=True)))
             if sem not in out:
                 out.append(sem)
-    for sem in out:
-        for cluster in axes.clusters:
-            if cluster is not None:
-                check_router(sem, cluster.router)
     return out
 
 

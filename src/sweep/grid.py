@@ -209,29 +209,21 @@ TIER_OWN_KEYS: tuple[str, ...] = ("policy", *POLICY_PARAM_KEYS)
 (``tiers.LEVEL.policy``, ``tiers.LEVEL.small_ratio``, ...). Refused with ``tiers`` when given:
 a value other than the schema's default, or (from the command line) typed at all."""
 
-SPEC_ONLY_KEYS: tuple[str, ...] = ("unhashed_free", "cache_output_blocks")
-"""Top-level semantics options a hierarchy does not use (it replays the spec's semantics; no
-tier has them either): refused with ``tiers`` on the same terms as :data:`TIER_OWN_KEYS`."""
-
 
 def check_tier_own_keys(cfg: SweepConfig, overrides: Sequence[str] | None = None) -> None:
     """Refuse a top-level :data:`TIER_OWN_KEYS` key with ``tiers``, naming it and the tier
     key to use: it would be silently ignored (``tiers=hbm_dram policy=LRU`` ran each tier's
     own policy). ``overrides`` (the command line's, as Hydra records them) also catch a value
-    typed equal to the default. The same for :data:`SPEC_ONLY_KEYS`, which no tier has."""
+    typed equal to the default. (The semantics keys apply to a hierarchy: its top tier.)"""
     if cfg.tiers is None:
         return
     typed = {o.split("=", 1)[0].lstrip("+~") for o in overrides or () if "=" in o}
-    for key in (*TIER_OWN_KEYS, *SPEC_ONLY_KEYS):
+    for key in TIER_OWN_KEYS:
         if key in typed or unique(getattr(cfg, key)) != unique(_default_of(key)):
-            instead = (
-                f"each tier has its own; use tiers.LEVEL.{key} (e.g. tiers.hbm.{key}) or "
-                if key in TIER_OWN_KEYS
-                else "it replays the spec's semantics (docs/semantics.md); "
-            )
             raise PlanError(
                 f"{key}: does not apply to a hierarchy (tiers={cfg.tiers.name or '...'}): "
-                f"{instead}remove {key}"
+                f"each tier has its own; use tiers.LEVEL.{key} (e.g. tiers.hbm.{key}) or "
+                f"remove {key}"
             )
 
 
@@ -253,11 +245,6 @@ def check_every_value(cfg: SweepConfig) -> None:
     for key, values in lists:
         if values is not None and not len(values):
             raise PlanError(f"{key}: empty list; the grid needs at least one value")
-    if cfg.tiers is not None and unique(cfg.semantics) != ["spec"]:
-        from prefixsim.semantics import require_spec
-
-        for name in unique(cfg.semantics):
-            require_spec(name, f"a hierarchy (tiers={cfg.tiers.name or '...'})")
     _check_grid_size(cfg)
     if cfg.tiers is not None:
         given = [k for k in NOT_WITH_TIERS if getattr(cfg, k) is not None]

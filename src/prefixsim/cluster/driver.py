@@ -14,6 +14,12 @@ Invariants (``docs/cluster.md``): requests in trace order; for request ``r`` arr
    ``end``), so an instance's hits are those of a single-cache replay of its sub-trace;
 3. the load model queues it first come first served on ``i``.
 
+The rule is the driver's ``rule`` (:mod:`prefixsim.engine.rules`): under the engines' rule the
+trace is laid out by :func:`prefixsim.semantics.engine_layout` (each request's cached blocks,
+then its temporary ones), the scan and ``kv_aware``'s probe stop at ``scan_limit`` and count
+``hit_tokens`` (whole blocks), and :func:`~prefixsim.engine.rules.replay_request` frees the
+temporary blocks when the request ends (``released``).
+
 All instances are one policy state over dense *pair ids*, numbered in order of the (instance,
 block) pair's first access (at most one per block access, so the state is as compact as one
 cache's, instead of ``n_instances * n_blocks`` entries scattered over tens of MB, which cost a
@@ -21,8 +27,12 @@ cache miss per access: 10x slower at 16 instances); ``pair[block * n_instances +
 pair id + 1 (0: instance ``i`` never accessed the block, so it is not resident there), one cache
 line for a block's entries on every instance, which ``kv_aware``'s probes read. Before its
 accesses, the request's blocks are translated to the chosen instance's pair ids (``ids``), so
-the steps see one cache's ids, with ``q = i``. The driver counts each instance's block hits and
-evictions (``cnt[i, 0:2]``); its final size is its misses minus its evictions.
+the steps see one cache's ids, with ``q = i``. A temporary block (layout id ``>= temp_from``)
+is accessed once, by one request on one instance: it has no entry in the table and takes the
+pair id ``temp_to + (id - temp_from)``, past every other pair id, which is where the rule
+(``EngineRule.temp_base = temp_to``) finds it. The driver counts each instance's block hits
+and evictions (``cnt[i, 0:2]``) and its released temporary blocks; its final size is its misses
+minus its evictions and releases.
 """
 
 from __future__ import annotations
@@ -31,20 +41,28 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.rules import SpecRule, hit_tokens, one_policy_driver, replay_request, scan_limit
+from ..cost import prefill_seconds
+from ..engine.rules import (
+    EngineRule,
+    SpecRule,
+    hit_tokens,
+    one_policy_driver,
+    replay_request,
+    scan_limit,
+)
 from ..engine.steps import Space, Steps, is_resident, ix
-from .load import prefill_seconds
+from ..semantics import Layout
 from .routers import KERNEL_KV_AWARE
 
 
 def _template(stamp: str) -> Any:
     def cluster_driver(
-        block_ids, offsets, input_lengths, output_lengths, arrival, rule, n_instances,
-        router_code, overlap_weight, decode_s, consts, pair, s, ids,
-        instance, out, delay, prefill, service, free,
+        block_ids, offsets, input_lengths, output_lengths, arrival, rule, temp_from, temp_to,
+        n_instances, router_code, overlap_weight, decode_s, consts, pair, s, ids,
+        instance, out, delay, prefill, service, free, released,
     ):  # fmt: skip
         stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
-        bs, two_p, coeff, eff, kvb, bw = consts
+        bs, two_p, coeff, reuse, eff, kvb, bw = consts
         n_pairs = 0
         for r in range(input_lengths.shape[0]):
             start = offsets[ix(r)]
@@ -62,7 +80,10 @@ def _template(stamp: str) -> Any:
                 if router_code == KERNEL_KV_AWARE:
                     k = start
                     while k < stop:
-                        q = pair[ix(block_ids[ix(k)] * n_instances + i)] - 1
+                        b = block_ids[ix(k)]
+                        if b >= temp_from:  # a temporary block: never resident at arrival
+                            break
+                        q = pair[ix(b * n_instances + i)] - 1
                         if q < 0:
                             break
                         if not is_resident(s, i, q):
@@ -71,7 +92,7 @@ def _template(stamp: str) -> Any:
                     hit = hit_tokens(rule, k - start, n)
                     if hit != memo_hit:  # instances often share a prefix length: reuse its time
                         memo_hit = hit
-                        memo_p = prefill_seconds(n, hit, bs, two_p, coeff, eff, kvb, bw)
+                        memo_p = prefill_seconds(n, hit, bs, two_p, coeff, reuse, eff, kvb, bw)
                     cost += overlap_weight * memo_p
                 if best < 0 or cost < best_cost:
                     best = i
@@ -80,20 +101,24 @@ def _template(stamp: str) -> Any:
             instance[ix(r)] = i
             # The request's blocks as instance i's pair ids (a new pair at a first access).
             for j in range(start, end_):
-                slot = block_ids[ix(j)] * n_instances + i
+                b = block_ids[ix(j)]
+                if b >= temp_from:
+                    ids[ix(j - start)] = temp_to + (b - temp_from)
+                    continue
+                slot = b * n_instances + i
                 q = pair[ix(slot)] - 1
                 if q < 0:
                     q = n_pairs
                     n_pairs += 1
                     pair[ix(slot)] = q + 1
                 ids[ix(j - start)] = q
-            # (the spec's rule holds no temporary block: nothing is removed)
-            tokens, hits, evictions, _ = replay_request(s, i, ids, 0, end_ - start, n, rule)
+            tokens, hits, evictions, removed = replay_request(s, i, ids, 0, end_ - start, n, rule)
             out[ix(r)] = tokens
             s.cnt[ix(i), 0] += hits
             s.cnt[ix(i), 1] += evictions
+            released[ix(i)] += removed
             # Load model: FCFS on instance i.
-            p = prefill_seconds(n, tokens, bs, two_p, coeff, eff, kvb, bw)
+            p = prefill_seconds(n, tokens, bs, two_p, coeff, reuse, eff, kvb, bw)
             begin_at = free[ix(i)] if free[ix(i)] > t else t
             delay[ix(r)] = begin_at - t
             prefill[ix(r)] = p
@@ -127,28 +152,47 @@ def run(
     overlap_weight: float,
     decode_seconds_per_token: float,
     consts: tuple[Any, ...],
+    layout: Layout | None = None,
+    free_front: bool = True,
 ) -> tuple[np.ndarray, ...]:
-    """One cluster replay: per request the instance, hit tokens, queueing delay, prefill and
-    service seconds; per instance the counters ``[instance, counter]``."""
-    # At most one pair per block access; int64 ids only when they could pass int32.
-    max_pairs = min(trace.n_accesses, instances * trace.n_blocks)
-    dtype = _pair_dtype(trace.n_accesses)
-    pair = np.zeros(trace.n_blocks * instances, dtype)  # untouched pages stay unallocated
-    s = steps.make_state(params, Space(max_pairs, instances, trace.block_ids))
-    lengths = np.diff(trace.offsets)
-    ids = np.empty(int(lengths.max()) if len(lengths) else 0, dtype)
+    """One cluster replay (``params`` at the usable capacity): under the specification's rule
+    over the trace's ids, or with ``layout`` (:func:`prefixsim.semantics.engine_layout`) under
+    the engines' (``free_front``: the temporary blocks leave the cache when their request
+    ends). Per request the instance, hit tokens, queueing delay, prefill and service seconds;
+    per instance the counters ``[instance, counter]``, the block accesses and the temporary
+    blocks held and released."""
     n = trace.n_requests
+    if layout is None:
+        block_ids, offsets = trace.block_ids, trace.offsets
+        temp_from, n_temp = trace.n_blocks, 0  # no id is temporary
+    else:
+        block_ids, offsets = layout.ids, layout.offsets
+        temp_from, n_temp = layout.temp_base, layout.n_temp
+    n_accesses = len(block_ids)
+    # At most one pair per access of a cached block; int64 ids only when they could pass int32.
+    max_pairs = min(n_accesses - n_temp, instances * temp_from)
+    rule: Any = SpecRule(block_size)
+    if layout is not None:  # the temporary blocks' pair ids come after every other
+        rule = EngineRule(block_size, max_pairs, free_front)
+    dtype = _pair_dtype(n_accesses)
+    pair = np.zeros(temp_from * instances, dtype)  # untouched pages stay unallocated
+    s = steps.make_state(params, Space(max_pairs + n_temp, instances, block_ids))
+    lengths = np.diff(offsets)
+    ids = np.empty(int(lengths.max()) if len(lengths) else 0, dtype)
     instance = np.empty(n, np.int32)
     out = np.empty(n, np.int64)
     delay, prefill, service = np.empty(n), np.empty(n), np.empty(n)
     free = np.full(instances, -np.inf)  # idle until given work (timestamps may be < 0)
-    driver(steps)(
-        trace.block_ids,
-        trace.offsets,
+    released = np.zeros(instances, np.int64)
+    driver(steps, type(rule))(
+        block_ids,
+        offsets,
         trace.input_lengths,
         trace.output_lengths,
         arrival,
-        SpecRule(block_size),
+        rule,
+        temp_from,
+        max_pairs,
         instances,
         router_code,
         overlap_weight,
@@ -163,8 +207,14 @@ def run(
         prefill,
         service,
         free,
+        released,
     )
-    return instance, out, delay, prefill, service, s.cnt
+    accesses = np.bincount(instance, weights=lengths, minlength=instances).astype(np.int64)
+    held = np.zeros(instances, np.int64)
+    if n_temp:  # each instance's temporary blocks: those of the requests routed to it
+        request_of = np.repeat(np.arange(n), lengths)
+        held = np.bincount(instance[request_of[block_ids >= temp_from]], minlength=instances)
+    return instance, out, delay, prefill, service, s.cnt, accesses, held, released
 
 
 def driver(steps: Steps, rule: type = SpecRule) -> Any:

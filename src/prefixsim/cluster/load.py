@@ -1,11 +1,12 @@
 """The load model of a cluster (``docs/cluster.md``): prefill time and FCFS queues.
 
 :class:`LoadModel` turns a model profile, a hardware profile, the cache tier and the decode
-time per output token into the few float constants the per-request formulas need.
-:func:`prefill_seconds` is the estimated prefill time of :func:`prefixsim.cost.prefill_cost`
-for one request, as a scalar function of plain numbers so that the reference (its
-``py_func``) and the kernels (compiled) run the same operations in the same order and agree to
-the bit; ``tests/test_cluster.py`` holds it equal to ``prefill_cost``.
+time per output token into the few float constants the per-request formulas need
+(:func:`prefixsim.cost.prefill_constants`). The prefill time is the cost model's own,
+:func:`prefixsim.cost.prefill_seconds` (``prefill_cost``'s formula for one request, as a compiled
+scalar function, the latent-attention up-projection included), so that the reference (its
+``py_func``), the kernels and the cost model run the same operations in the same order and
+agree to the bit; ``tests/test_cluster.py`` holds it equal to ``prefill_cost``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from .._exact import INT64_MAX
+from ..cost import prefill_constants, prefill_seconds
 from ..errors import ParameterError
 from ..hardware import HardwareProfile, load_hardware
 from ..models import ModelProfile, load_model
@@ -29,17 +31,6 @@ MAX_DECODE = 1e9
 """Largest ``decode_seconds_per_token``: ``output_length * decode_seconds_per_token`` and the
 queues' sums of it stay finite for any int64 ``output_length`` (``1e308`` passed planning and
 made the service times ``Infinity``)."""
-
-
-@njit(cache=True)
-def prefill_seconds(n, h, block_size, two_active, attention_coeff, eff_flops, kv_bytes, bw):
-    """Estimated prefill time of ``n`` prompt tokens with the first ``h`` reused:
-    ``flops(n, h) / eff_flops + ceil(h / block_size) * kv_bytes / bw`` (``prefixsim.cost``).
-    ``n * (n + 1)`` and the reused bytes are exact int64 (bounds checked by the caller)."""
-    pairs = float(n * (n + 1) - h * (h + 1))
-    flops = float(n - h) * two_active + pairs * attention_coeff
-    reused = ((h + block_size - 1) // block_size) * kv_bytes
-    return flops / eff_flops + float(reused) / bw
 
 
 @dataclass(frozen=True)
@@ -63,19 +54,10 @@ class LoadModel:
             )
         object.__setattr__(self, "decode_seconds_per_token", float(d))
 
-    def constants(self, block_size: int) -> tuple[int, float, float, float, int, float]:
-        """The trailing arguments of :func:`prefill_seconds` for ``block_size``."""
-        m = self.model
-        # The attention FLOPs per unit of n*(n+1) - h*(h+1), as in prefixsim.cost.
-        coeff = m.layers * m.attention_heads * (m.head_dim + m.value_dim)
-        return (
-            block_size,
-            float(2 * m.active_params),
-            float(coeff),
-            self.hardware.effective_flops,
-            m.kv_bytes_per_block(block_size),
-            self.hardware.tier_bandwidth(self.cache_tier),
-        )
+    def constants(self, block_size: int) -> tuple[int, float, float, float, float, int, float]:
+        """The trailing arguments of :func:`~prefixsim.cost.prefill_seconds` for
+        ``block_size`` (:func:`~prefixsim.cost.prefill_constants`)."""
+        return prefill_constants(self.model, self.hardware, self.cache_tier, block_size)
 
     def check_trace(self, input_lengths: np.ndarray, block_size: int) -> None:
         """Refuse prompts whose int64 intermediates could overflow (never a wrong number)."""
@@ -103,7 +85,7 @@ def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s,
     requests served first come first served in trace order on their instance."""
     # Unsigned subscripts (``a[ix(i)]``, :data:`~prefixsim.policies.base.ix`): request numbers
     # and instance numbers (a router's choice, ``0 .. n_instances-1``) are never negative.
-    bs, two_p, coeff, eff, kvb, bw = consts
+    bs, two_p, coeff, reuse, eff, kvb, bw = consts
     n_requests = arrival.shape[0]
     free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
     delay = np.empty(n_requests, np.float64)
@@ -112,7 +94,7 @@ def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s,
     for r in range(n_requests):
         i = instance[ix(r)]
         t = arrival[ix(r)]
-        p = prefill_seconds(prompt[ix(r)], hits[ix(r)], bs, two_p, coeff, eff, kvb, bw)
+        p = prefill_seconds(prompt[ix(r)], hits[ix(r)], bs, two_p, coeff, reuse, eff, kvb, bw)
         start = free[ix(i)] if free[ix(i)] > t else t
         delay[ix(r)] = start - t
         prefill[ix(r)] = p

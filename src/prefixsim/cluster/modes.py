@@ -1,14 +1,14 @@
-"""A cluster under an engine's semantics (``vllm``, ``sglang``): each instance is one cache of
-that engine, and the routing is unchanged.
+"""A cluster under an engine's semantics (``vllm``, ``sglang``) behind a static router: each
+instance is one cache of that engine, and the routing is unchanged.
 
-Defined for the routers that look at neither the caches nor the load (``round_robin``,
-``random``, ``session``: they have an ``assign``): the router assigns every request first, as
-under the specification, and each instance's sub-trace (its requests in trace order) is
-replayed as one engine cache (:func:`prefixsim.semantics.replay_arrays`), exact because the
-instances are independent. The load model then queues the requests on their instances with
-the hit tokens the engine's rule gave. The routers that read the caches or the loads
-(``least_loaded``, ``kv_aware``) would need the engine's own prefix match inside the routing
-decision, which is not defined yet: :func:`check_router` refuses them.
+For the routers that look at neither the caches nor the load (``round_robin``, ``random``,
+``session``: they have an ``assign``): the router assigns every request first, as under the
+specification, and each instance's sub-trace (its requests in trace order) is replayed as one
+engine cache (:func:`prefixsim.semantics.replay_arrays`), exact because the instances are
+independent. The load model then queues the requests on their instances with the hit tokens
+the engine's rule gave. The routers that read the caches or the loads (``least_loaded``,
+``kv_aware``) run the cluster driver under the engine's rule instead
+(:mod:`prefixsim.cluster.driver`; ``docs/semantics.md``, "In a cluster").
 """
 
 from __future__ import annotations
@@ -17,24 +17,11 @@ from typing import Literal
 
 import numpy as np
 
-from ..errors import ParameterError
 from ..semantics import Semantics, replay_arrays
 from ..trace import Trace
 from .load import LoadModel, fcfs_kernel
 from .reference import RawCluster, Setup
 from .routers import RouterParams, get_router
-
-
-def check_router(semantics: Semantics, router: RouterParams) -> None:
-    """Refuse a router whose decision reads the caches or the loads under an engine's
-    semantics (one line naming it)."""
-    if semantics.name != "spec" and get_router(router.router).assign is None:
-        raise ParameterError(
-            "semantics",
-            semantics.name,
-            f"router={router.router} reads the caches or the loads, which under an engine's "
-            "semantics is not defined yet; use round_robin, random or session, or semantics=spec",
-        )
 
 
 def subtrace(trace: Trace, rows: np.ndarray) -> Trace:
@@ -110,7 +97,6 @@ def semantics_cluster(
     params, block_size, instances, router, load = (
         setup.params, setup.block_size, setup.instances, setup.router, setup.load,
     )  # fmt: skip
-    check_router(semantics, router)
     instance = route(trace, router, instances)
     hits = np.zeros(trace.n_requests, np.int64)
     finals: list[int] = []

@@ -6,7 +6,11 @@
   each instance's sub-trace is replayed by the policy's own single-cache kernel (exact: the
   instances are independent and a sub-trace keeps the trace order), then the FCFS kernel;
 * least_loaded and kv_aware run the cluster driver of :mod:`prefixsim.cluster.driver`, any
-  online policy.
+  online policy with steps, under any semantics (the engines' rule in the routing decision
+  too: ``kv_aware`` scores each instance by the hit the engine would give there).
+
+Under an engine's semantics the static routers route first and replay each instance's
+sub-trace as one engine cache (:func:`prefixsim.cluster.modes.semantics_cluster`).
 
 An offline policy (BELADY) runs behind the static routers only: they place every request before
 any replay, so each instance's future is known (its sub-trace); a router that looks at the
@@ -33,11 +37,12 @@ from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
 from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
-from ..semantics import Semantics
+from ..semantics import Semantics, _no_removal, _with_capacity, engine_layout
+from ..semantics import check_fits as check_engine_fits
 from ..trace import Trace, load_trace
 from . import driver as cluster_driver
 from .load import LoadModel, split_subtraces
-from .modes import arrival_seconds, check_router, route, semantics_cluster, static_queue
+from .modes import arrival_seconds, route, semantics_cluster, static_queue
 from .reference import RawCluster, Setup, reference_cluster
 from .routers import RouterParams, get_router, make_router
 
@@ -183,9 +188,8 @@ def replay_cluster(
     """Replay a trace through ``instances`` caches of ``policy`` (each of ``capacity`` blocks)
     behind ``router``. With ``model`` and ``hardware`` (profile names, YAML paths or profiles)
     the load model gives queueing delays and estimated TTFTs; ``least_loaded`` and ``kv_aware``
-    need them. ``semantics`` (``docs/semantics.md``): each instance's hit rule; under
-    ``vllm`` or ``sglang`` only the routers that read neither caches nor loads are defined
-    (:mod:`prefixsim.cluster.modes`)."""
+    need them. ``semantics`` (``docs/semantics.md``): each instance's hit rule, with every
+    router (``kv_aware`` scores the instances by that rule's hit)."""
     if not isinstance(router, RouterParams):
         router = make_router(router, **(router_params or {}))
     elif router_params:
@@ -244,9 +248,12 @@ def check_cluster(
         )
     check_engine(engine)
     sem = Semantics.of(semantics)
-    check_router(sem, router)
-    if engine == "kernel" and sem.name == "spec":
+    if engine == "kernel" and (sem.name == "spec" or spec.assign is None):
         get_policy(params.policy).compiled_steps()  # a policy with a reference only is refused
+    if sem.name != "spec":
+        sem.usable_capacity(params.capacity)  # vLLM's null block leaves one at least
+        if trace is not None:
+            check_engine_fits(sem, trace, params.capacity, block_size)
     key = router.state_key
     check_fits(
         key,
@@ -285,14 +292,14 @@ def replay_cluster_params(
     setup = Setup(params, block_size, instances, router, load)
     spec = get_router(router.router)
     start = time.perf_counter()
-    if sem.name != "spec":
+    if sem.name != "spec" and spec.assign is not None:
         raw, engine = semantics_cluster(trace, setup, sem, engine)
     elif engine == "reference":
-        raw = reference_cluster(trace, setup)
+        raw = reference_cluster(trace, setup, sem)
     elif spec.assign is not None:
         raw = _static_cluster(trace, setup)
     else:
-        raw = _dynamic_cluster(trace, setup)
+        raw = _dynamic_cluster(trace, setup, sem)
     seconds = time.perf_counter() - start
     # Exact: float64 sums of integers below 2**53 (there are fewer accesses than that).
     per_instance_accesses = np.bincount(
@@ -356,14 +363,23 @@ def _static_cluster(trace: Trace, setup: Setup) -> RawCluster:
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)
 
 
-def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
-    """least_loaded / kv_aware: the cluster driver over every instance's state."""
+def _dynamic_cluster(trace: Trace, setup: Setup, semantics: Semantics) -> RawCluster:
+    """least_loaded / kv_aware: the cluster driver over every instance's state, under
+    ``semantics`` (each instance at its usable capacity)."""
     load, instances = setup.load, setup.instances
     assert load is not None  # needs_load routers were checked by the caller
     spec = get_policy(setup.params.policy)
-    instance, hits, delay, prefill, service, cnt = cluster_driver.run(
-        spec.compiled_steps(),
-        setup.params,
+    steps = spec.compiled_steps()
+    params, layout = setup.params, None
+    if semantics.name != "spec":
+        params = _with_capacity(params, semantics.usable_capacity(params.capacity))
+        layout = engine_layout(trace, semantics, setup.block_size)
+        check_state_fits(params, layout.n_ids, len(layout.ids), copies=instances)
+        if layout.n_temp and semantics.free_front and not steps.removable:
+            raise _no_removal(params.policy)  # as the reference refuses it, before any replay
+    instance, hits, delay, prefill, service, cnt, accesses, held, released = cluster_driver.run(
+        steps,
+        params,
         trace,
         arrival_seconds(trace),
         setup.block_size,
@@ -372,11 +388,16 @@ def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
         float(getattr(setup.router, "overlap_weight", 0.0)),
         load.decode_seconds_per_token,
         load.constants(setup.block_size),
+        layout,
+        semantics.free_front,
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
-    # Every admission adds one resident block, every eviction takes one out.
-    accesses = np.bincount(instance, weights=np.diff(trace.offsets), minlength=instances)
+    # Every admission adds one resident block, every eviction and release takes one out.
     finals = [
-        int(a) - c["block_hits"] - c["evictions"] for a, c in zip(accesses, counters, strict=True)
+        int(a) - c["block_hits"] - c["evictions"] - int(x)
+        for a, c, x in zip(accesses, counters, released, strict=True)
     ]
+    if semantics.name != "spec":  # as the single engine cache counts them
+        for c, a, h in zip(counters, accesses.tolist(), held.tolist(), strict=True):
+            c.update(block_accesses=a, temporary_blocks=h)
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)

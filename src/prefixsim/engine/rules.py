@@ -13,7 +13,9 @@ rule's class (:data:`RULES`); ``docs/semantics.md``'s is :class:`SpecRule`:
 
 * ``release_from(rule, ids, start, end)``: where the request's *temporary* blocks begin in
   ``ids[start:end]`` (blocks it held while it ran and that leave the cache when it ends;
-  ``end``: none).
+  ``end``: none);
+* ``is_temporary(rule, h)``: whether id ``h`` is a temporary block (a hierarchy keeps one in its
+  top tier only: it is never demoted or written to a slower tier).
 
 Another semantics (an engine's own hit rule) is another rule class in :data:`RULES`; every
 driver then runs it for every policy, unchanged. The engines' (``docs/semantics.md``, "The
@@ -75,6 +77,7 @@ class Rule:
     hit_tokens: Callable[..., Any]
     block_tokens: Callable[..., Any]
     release_from: Callable[..., Any]
+    is_temporary: Callable[..., Any]
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -82,6 +85,7 @@ class Rule:
             "hit_tokens": self.hit_tokens,
             "block_tokens": self.block_tokens,
             "release_from": self.release_from,
+            "is_temporary": self.is_temporary,
         }
 
 
@@ -103,6 +107,10 @@ def _spec_block_tokens(rule, j, length):
 
 def _spec_release_from(rule, ids, start, end_):
     return end_  # the specification holds no block but the request's cached ones
+
+
+def _spec_is_temporary(rule, h):
+    return False
 
 
 def _engine_scan_limit(rule, n, length):
@@ -128,10 +136,24 @@ def _engine_release_from(rule, ids, start, end_):
     return j
 
 
+def _engine_is_temporary(rule, h):
+    return h >= rule.temp_base
+
+
 RULES: dict[type, Rule] = {
-    SpecRule: Rule(_spec_scan_limit, _spec_hit_tokens, _spec_block_tokens, _spec_release_from),
+    SpecRule: Rule(
+        _spec_scan_limit,
+        _spec_hit_tokens,
+        _spec_block_tokens,
+        _spec_release_from,
+        _spec_is_temporary,
+    ),
     EngineRule: Rule(
-        _engine_scan_limit, _engine_hit_tokens, _engine_block_tokens, _engine_release_from
+        _engine_scan_limit,
+        _engine_hit_tokens,
+        _engine_block_tokens,
+        _engine_release_from,
+        _engine_is_temporary,
     ),
 }
 """The hit rules the drivers run, by the class of their value."""
@@ -153,6 +175,10 @@ def block_tokens(rule: Any, j: int, length: int) -> int:
 
 
 def release_from(rule: Any, ids: Any, start: int, end_: int) -> int:
+    raise NotImplementedError("a rule runs only inside a compiled driver")
+
+
+def is_temporary(rule: Any, h: int) -> bool:
     raise NotImplementedError("a rule runs only inside a compiled driver")
 
 

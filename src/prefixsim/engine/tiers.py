@@ -3,12 +3,13 @@
 Invariants (``docs/tiers.md``): tier ``t``'s state is exactly its policy's single-cache state
 (``states[t]``, one cache over block ids); a block is resident in the hierarchy if it is
 resident in some tier, and is *found in* the fastest tier holding it. For each request in trace
-order:
+order (its ids laid out by the rule: under the engines' rule, its cached blocks then its
+temporary ones, :func:`prefixsim.semantics.engine_layout`):
 
-1. the prefix scan at arrival over the union of the tiers, up to the rule's limit: leading
-   block ``j`` found in tier ``t`` adds ``block_tokens(rule, j, length)`` to
-   ``tier_hit_tokens[t, r]``; the request's hit tokens are the rule's ``hit_tokens`` of the
-   run (they sum to the per-tier tokens);
+1. the prefix scan at arrival over the union of the tiers, up to the rule's limit
+   (``scan_limit``): leading block ``j`` found in tier ``t`` adds ``block_tokens(rule, j,
+   length)`` to ``tier_hit_tokens[t, r]``; the request's hit tokens are the rule's
+   ``hit_tokens`` of the run (they sum to the per-tier tokens);
 2. ``begin`` on every tier, fastest first;
 3. every block in order, hit or miss, ``pred`` the request's previous block:
    * exclusive: found in tier 0, ``hit`` there; found in tier ``t > 0``, ``remove`` from ``t``
@@ -17,14 +18,19 @@ order:
      per admission at most, so the cascade is one pass down), dropped from the last tier;
    * inclusive: found in tier ``t``, ``hit`` there only; then ``admit`` to every faster tier
      ``0 .. t - 1`` (to every tier when found nowhere), whose victims just lose that copy;
-4. ``end`` on every tier, fastest first.
+   * a temporary block (``is_temporary``: the engines' partial block, never cached) is admitted
+     to tier 0 only and never demoted: a victim that is one leaves the hierarchy;
+4. ``end`` on every tier, fastest first;
+5. the request's temporary blocks still in tier 0 (``ids[release_from(...):end]``) are removed
+   from it (``released``): the engines free them when the request ends.
 
 The driver counts, per tier, ``tcnt[t] = (hits, admissions, demotions_in, evictions,
 promotions_out)``; every admission makes its block resident and every victim and removal takes
 one out, so a tier's final occupancy is ``admissions - evictions - removals`` (removals are the
-exclusive mode's promotions out). Tier ``t``'s steps are reached through functions generated
-for the hierarchy (:func:`_dispatch`: a chain of compares on the tier number, each branch the
-tier's own step), and each tier's step appears once in the driver, so it is inlined once.
+exclusive mode's promotions out, and tier 0's released temporary blocks). Tier ``t``'s steps are
+reached through functions generated for the hierarchy (:func:`_dispatch`: a chain of compares on
+the tier number, each branch the tier's own step), and each tier's step appears once in the
+driver, so it is inlined once.
 """
 
 from __future__ import annotations
@@ -35,7 +41,15 @@ from typing import Any
 import numpy as np
 
 from .build import compiled, inline_all, inlined
-from .rules import RULES, SpecRule, block_tokens, hit_tokens, scan_limit
+from .rules import (
+    RULES,
+    SpecRule,
+    block_tokens,
+    hit_tokens,
+    is_temporary,
+    release_from,
+    scan_limit,
+)
 from .steps import DEMOTED, NO_PRED, Space, Steps, ix
 
 HITS, ADMISSIONS, DEMOTIONS_IN, EVICTIONS, PROMOTIONS_OUT = range(5)
@@ -58,6 +72,11 @@ def tier_admit(states: Any, t: int, h: int, pred: int) -> int:
 
 
 def tier_remove(states: Any, t: int, h: int) -> None:
+    raise NotImplementedError("a step runs only inside a compiled driver")
+
+
+def top_remove(states: Any, h: int) -> None:
+    """Take ``h`` out of tier 0 (a released temporary block)."""
     raise NotImplementedError("a step runs only inside a compiled driver")
 
 
@@ -91,6 +110,8 @@ def _dispatch(tiers: Sequence[Steps]) -> dict[str, Any]:
         *chain("admit_{t}(states[{t}], 0, h, pred)", range(n)),
         "def tier_remove(states, t, h):",  # never tier 0: a removal is a promotion out of t > 0
         *chain("remove_{t}(states[{t}], 0, h)", range(1, n)),
+        "def top_remove(states, h):",  # tier 0's: a temporary block released
+        "    remove_0(states[0], 0, h)",
         "def every_begin(states, ids, start, end_):",
         *(f"    begin_{t}(states[{t}], 0, ids, start, end_)" for t in range(n)),
         "def every_end(states):",
@@ -100,13 +121,16 @@ def _dispatch(tiers: Sequence[Steps]) -> dict[str, Any]:
     for t, steps in enumerate(tiers):
         scope.update({f"{name}_{t}": fn for name, fn in inline_all(steps.functions()).items()})
     exec("\n".join(source), scope)  # the hierarchy's tiers, unrolled
-    names = ("holder", "tier_hit", "tier_admit", "tier_remove", "every_begin", "every_end")
+    names = (
+        "holder", "tier_hit", "tier_admit", "tier_remove", "top_remove", "every_begin",
+        "every_end",
+    )  # fmt: skip
     return {name: inlined(scope[name]) for name in names}
 
 
 def _template(stamp: str) -> Any:
     def tiers_driver(
-        block_ids, offsets, input_lengths, rule, exclusive, states, out, tier_out, tcnt
+        block_ids, offsets, input_lengths, rule, exclusive, states, out, tier_out, tcnt, released
     ):
         stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
         n_tiers = len(states)
@@ -141,6 +165,8 @@ def _template(stamp: str) -> Any:
                 # from the last); inclusive, h to every tier faster than the one it was found
                 # in (to every tier on a miss), whose victims only lose that copy.
                 n_admit = (0 if t == 0 else n_tiers) if exclusive else t
+                if not exclusive and is_temporary(rule, h):
+                    n_admit = 1  # tier 0 only: a block without a hash is never written below
                 u = 0
                 x = h
                 p = pred
@@ -151,6 +177,8 @@ def _template(stamp: str) -> Any:
                     v = tier_admit(states, u, x, p)
                     if v >= 0:
                         tcnt[ix(u), EVICTIONS] += 1
+                        if exclusive and is_temporary(rule, v):
+                            break  # never demoted: it leaves the hierarchy
                     elif exclusive:
                         break
                     if exclusive:
@@ -159,6 +187,12 @@ def _template(stamp: str) -> Any:
                     u += 1
                 pred = h
             every_end(states)
+            # The temporary blocks leave tier 0 (the only tier that can hold them).
+            for j in range(release_from(rule, block_ids, start, end_), end_):
+                h = block_ids[ix(j)]
+                if holder(states, h) == 0:
+                    top_remove(states, h)
+                    released[0] += 1
 
     return tiers_driver
 
@@ -180,28 +214,32 @@ def run(
     offsets: np.ndarray,
     input_lengths: np.ndarray,
     n_blocks: int,
-    block_size: int,
+    rule: Any,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
-    """One hierarchy replay: hit tokens per request, per tier ``[tier, request]``, the tier
-    counters ``[tier, counter]`` and each tier's final occupancy. ``tiers`` are (steps,
-    params) pairs, fastest first."""
+    """One hierarchy replay under ``rule`` (a :class:`~prefixsim.engine.rules.SpecRule` or
+    :class:`~prefixsim.engine.rules.EngineRule` value, over ids ``0 .. n_blocks - 1``): hit
+    tokens per request, per tier ``[tier, request]``, the tier counters ``[tier, counter]`` and
+    each tier's final occupancy. ``tiers`` are (steps, params) pairs, fastest first."""
     space = Space(n_blocks, 1, block_ids)
     states = tuple(steps.make_state(params, space) for steps, params in tiers)
     n_requests = input_lengths.shape[0]
     out = np.empty(n_requests, np.int64)
     tier_out = np.zeros((len(tiers), n_requests), np.int64)
     tcnt = np.zeros((len(tiers), 5), np.int64)
-    driver([steps for steps, _ in tiers])(
+    released = np.zeros(1, np.int64)
+    driver([steps for steps, _ in tiers], type(rule))(
         block_ids,
         offsets,
         input_lengths,
-        SpecRule(block_size),
+        rule,
         exclusive,
         states,
         out,
         tier_out,
         tcnt,
+        released,
     )
-    removals = tcnt[:, PROMOTIONS_OUT] if exclusive else 0
+    removals = tcnt[:, PROMOTIONS_OUT].copy() if exclusive else np.zeros(len(tiers), np.int64)
+    removals[0] += released[0]  # temporary blocks, freed from tier 0 when their request ended
     occupancy = tcnt[:, ADMISSIONS] - tcnt[:, EVICTIONS] - removals
     return out, tier_out, tcnt, [int(x) for x in occupancy]

@@ -24,12 +24,20 @@ from typing import Any
 import numpy as np
 
 from ..engine import tiers as tiers_driver
+from ..engine.rules import EngineRule, SpecRule
 from ..errors import ParameterError
 from ..first_use import noted
 from ..policies import get_policy
 from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, _as_trace, check_engine
-from ..semantics import Semantics, require_spec
+from ..semantics import (
+    Semantics,
+    _layout_sizes,
+    _no_removal,
+    _with_capacity,
+    check_fits,
+    engine_layout,
+)
 from ..trace import Trace, check_block_size_matches
 from .model import (
     COUNTER_NAMES,
@@ -70,34 +78,36 @@ def replay_tiers(
     engine: Engine = "kernel",
     semantics: Semantics | str | None = None,
 ) -> TieredResult:
-    """Replay a trace through a hierarchy of tiers, fastest first, under the specification's
-    semantics (``semantics`` other than ``"spec"`` is refused: an engine's rules for a
-    hierarchy are not defined yet).
+    """Replay a trace through a hierarchy of tiers, fastest first.
 
     ``tiers`` are :class:`Tier` objects (:func:`make_tier`) or mappings of the same keys
     (``{"policy": "LRU", "capacity": 2048, "name": "hbm"}``). ``engine="kernel"`` runs the
     compiled hierarchy driver (:mod:`prefixsim.engine.tiers`) over the tiers' policies' steps;
     ``"reference"`` the plain-Python reference driver (:mod:`prefixsim.tiers.reference`). Both
-    take every policy, in the positions :func:`check_tiers` allows.
+    take every policy, in the positions :func:`check_tiers` allows. ``semantics``
+    (``docs/semantics.md``, "In a hierarchy"): the specification's hit rule (the default), or
+    an engine's on the hierarchy's combined prefix, with the null block and the temporary
+    blocks in tier 0 (the device).
     """
+    sem = Semantics.of(semantics)
     checked = check_tiers(tiers, mode)
     trace = _as_trace(trace_or_path)
-    block_size = check_hierarchy(trace, checked, block_size, engine=engine, semantics=semantics)
+    block_size = check_hierarchy(trace, checked, block_size, engine=engine, semantics=sem)
+    run_tiers = checked
+    if sem.name != "spec":
+        # Tier 0 is the device: it holds every block of a running request (check_hierarchy
+        # refuses a request needing more) and, under vLLM, loses block 0 to the null block.
+        top = checked[0]
+        usable = _with_capacity(top.params, sem.usable_capacity(top.params.capacity))
+        run_tiers = (Tier(usable, top.name, top.medium), *checked[1:])
     start = time.perf_counter()
     if engine == "kernel":
-        hit_tokens, tier_hit_tokens, tcnt, final = tiers_driver.run(
-            [(get_policy(t.policy).compiled_steps(), t.params) for t in checked],
-            mode == "exclusive",
-            trace.block_ids,
-            trace.offsets,
-            trace.input_lengths,
-            trace.n_blocks,
-            block_size,
+        hit_tokens, tier_hit_tokens, counters, final, accesses, temporary = _compiled(
+            trace, run_tiers, mode, block_size, sem
         )
-        counters = [dict(zip(COUNTER_NAMES, row, strict=True)) for row in tcnt.tolist()]
     else:
-        hit_tokens, tier_hit_tokens, counters, final = reference_replay(
-            trace, checked, mode, block_size
+        hit_tokens, tier_hit_tokens, counters, final, accesses, temporary = reference_replay(
+            trace, run_tiers, mode, block_size, sem
         )
     seconds = time.perf_counter() - start
     return TieredResult(
@@ -111,9 +121,11 @@ def replay_tiers(
         prompt_tokens=trace.input_lengths,
         tier_counters=tuple(counters),
         final_tier_blocks=tuple(final),
-        block_accesses=trace.n_accesses,
+        block_accesses=accesses,
         engine=engine,
         seconds=seconds,
+        semantics=sem,
+        temporary_blocks=temporary,
     )
 
 
@@ -127,21 +139,62 @@ def check_hierarchy(
 ) -> int:
     """Every refusal :func:`replay_tiers` makes for checked ``tiers`` (:func:`check_tiers`)
     before it replays, allocating nothing (it calls this; so does
-    :func:`prefixsim.scenario.check_scenario`): the semantics, the block size and the trace's,
-    the engine, and each tier's compiled steps and state for this trace. Returns the block
-    size, checked."""
-    require_spec(semantics, "a hierarchy of tiers")
+    :func:`prefixsim.scenario.check_scenario`): the block size and the trace's, the engine, an
+    engine semantics' (a request that does not fit tier 0's capacity, tier 0's usable capacity,
+    a tier 0 without removal when a request holds a temporary block it must free), and each
+    tier's compiled steps and state for the ids and accesses the replay makes (under an engine
+    semantics the layout's, counted, not laid out). Returns the block size, checked."""
+    sem = Semantics.of(semantics)
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     check_engine(engine)
     check_block_size_matches(trace, block_size)
+    n_ids, n_accesses = trace.n_blocks, trace.n_accesses
+    if sem.name != "spec":
+        top = tiers[0]
+        check_fits(sem, trace, top.params.capacity, block_size)
+        _with_capacity(top.params, sem.usable_capacity(top.params.capacity))
+        sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size)
+        accesses, n_output, n_temp = _layout_sizes(sem.code, *sizes, sem.cache_output_blocks)
+        n_ids, n_accesses = trace.n_blocks + int(n_output) + int(n_temp), int(accesses)
+        spec = get_policy(top.policy)
+        steps = spec.steps if engine == "kernel" else None
+        removable = steps.removable if steps is not None else spec.reference.removable
+        if n_temp and sem.free_front and not removable:
+            # the compiled driver would refuse before its replay; the reference at the first
+            # request that holds a temporary block (its last one is resident when it ends)
+            raise _no_removal(top.policy)
     if engine == "kernel":
         for i, tier in enumerate(tiers):
             try:
-                check_state_fits(tier.params, trace.n_blocks, trace.n_accesses)
+                check_state_fits(tier.params, n_ids, n_accesses)
                 get_policy(tier.policy).compiled_steps(tier.params)
             except ParameterError as err:  # under the tier's key
                 raise ParameterError(f"tiers[{i}].{err.name}", err.value, err.allowed) from None
     return block_size
+
+
+def _compiled(
+    trace: Trace, tiers: Sequence[Tier], mode: str, block_size: int, semantics: Semantics
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, int]], list[int], int, int]:
+    """The hierarchy driver under ``semantics``: the trace's own ids and the specification's
+    rule, or the engine layout (:func:`~prefixsim.semantics.engine_layout`) and
+    :class:`~prefixsim.engine.rules.EngineRule`. ``(hit tokens, tier hit tokens, tier
+    counters, final occupancy, block accesses, temporary blocks)``."""
+    steps = [(get_policy(t.policy).compiled_steps(), t.params) for t in tiers]
+    if semantics.name == "spec":
+        ids, offsets, n_ids = trace.block_ids, trace.offsets, trace.n_blocks
+        rule: Any = SpecRule(block_size)
+        temporary = 0
+    else:
+        layout = engine_layout(trace, semantics, block_size)  # check_hierarchy ran first
+        ids, offsets, n_ids = layout.ids, layout.offsets, layout.n_ids
+        rule = EngineRule(block_size, layout.temp_base, semantics.free_front)
+        temporary = layout.n_temp
+    hits, tier_hits, tcnt, final = tiers_driver.run(
+        steps, mode == "exclusive", ids, offsets, trace.input_lengths, n_ids, rule
+    )
+    counters = [dict(zip(COUNTER_NAMES, row, strict=True)) for row in tcnt.tolist()]
+    return hits, tier_hits, counters, final, len(ids), temporary
 
 
 def replay_hierarchy(

@@ -12,6 +12,7 @@ import numpy as np
 from .._exact import HitTotals, exact_sum
 from ..errors import ParameterError
 from ..policies import PolicyParams, get_policy
+from ..semantics import Semantics
 
 MODES: tuple[str, ...] = ("exclusive", "inclusive")
 MEDIA: tuple[str, ...] = ("hbm", "dram_pcie", "rdma", "nvme")
@@ -170,6 +171,10 @@ class TieredResult(HitTotals):
     block_accesses: int
     engine: str
     seconds: float = field(default=0.0, compare=False)
+    semantics: Semantics = field(default_factory=Semantics)
+    """The hit rule the replay followed (``docs/semantics.md``, "In a hierarchy")."""
+    temporary_blocks: int = 0
+    """Blocks held in tier 0 for a request and never cached (engine semantics only)."""
 
     @property
     def n_tiers(self) -> int:
@@ -187,7 +192,8 @@ class TieredResult(HitTotals):
     @property
     def counters(self) -> dict[str, int]:
         """``block_accesses``, ``block_hits`` (accesses that found the block in some tier),
-        ``evictions`` (the victims of all tiers' policies), then per tier ``t``:
+        ``evictions`` (the victims of all tiers' policies), ``temporary_blocks`` under an
+        engine's semantics, then per tier ``t``:
         ``tier{t}_hit_tokens``, ``tier{t}_final_cache_blocks`` and ``tier{t}_{counter}`` for
         every counter of :data:`COUNTER_NAMES` (flat, as a sweep stores them)."""
         out = {
@@ -195,6 +201,8 @@ class TieredResult(HitTotals):
             "block_hits": sum(c["hits"] for c in self.tier_counters),
             "evictions": sum(c["evictions"] for c in self.tier_counters),
         }
+        if self.semantics.name != "spec":  # as the single cache's counters under the engines
+            out["temporary_blocks"] = self.temporary_blocks
         for t, (hits, final, counters) in enumerate(
             zip(self.total_tier_hit_tokens, self.final_tier_blocks, self.tier_counters, strict=True)
         ):
@@ -208,6 +216,7 @@ class TieredResult(HitTotals):
             **self.report_totals(),
             "final_cache_blocks": self.final_cache_blocks,
             "block_size": self.block_size,
+            **self.semantics.to_dict(),
             "mode": self.mode,
             "tiers": [
                 {
