@@ -22,7 +22,9 @@ pair id + 1 (0: instance ``i`` never accessed the block, so it is not resident t
 line for a block's entries on every instance, which ``kv_aware``'s probes read. Before its
 accesses, the request's blocks are translated to the chosen instance's pair ids (``ids``), so
 the steps see one cache's ids, with ``q = i``. The driver counts each instance's block hits and
-evictions (``cnt[i, 0:2]``); its final size is its misses minus its evictions.
+evictions (``cnt[i, 0:2]``) and its removals (``removed[i]``: accesses that left no resident
+block, which only a request-level policy's request reports under the spec's rule); its final
+size is its misses minus its evictions and removals.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _template(stamp: str) -> Any:
     def cluster_driver(
         block_ids, offsets, input_lengths, output_lengths, arrival, rule, n_instances,
         router_code, overlap_weight, decode_s, consts, pair, s, ids,
-        instance, out, delay, prefill, service, free,
+        instance, out, delay, prefill, service, free, removed,
     ):  # fmt: skip
         stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
         bs, two_p, coeff, eff, kvb, bw = consts
@@ -87,11 +89,11 @@ def _template(stamp: str) -> Any:
                     n_pairs += 1
                     pair[ix(slot)] = q + 1
                 ids[ix(j - start)] = q
-            # (the spec's rule holds no temporary block: nothing is removed)
-            tokens, hits, evictions, _ = replay_request(s, i, ids, 0, end_ - start, n, rule)
+            tokens, hits, evictions, gone = replay_request(s, i, ids, 0, end_ - start, n, rule)
             out[ix(r)] = tokens
             s.cnt[ix(i), 0] += hits
             s.cnt[ix(i), 1] += evictions
+            removed[ix(i)] += gone
             # Load model: FCFS on instance i.
             p = prefill_seconds(n, tokens, bs, two_p, coeff, eff, kvb, bw)
             begin_at = free[ix(i)] if free[ix(i)] > t else t
@@ -129,7 +131,7 @@ def run(
     consts: tuple[Any, ...],
 ) -> tuple[np.ndarray, ...]:
     """One cluster replay: per request the instance, hit tokens, queueing delay, prefill and
-    service seconds; per instance the counters ``[instance, counter]``."""
+    service seconds; per instance the counters ``[instance, counter]`` and the removals."""
     # At most one pair per block access; int64 ids only when they could pass int32.
     max_pairs = min(trace.n_accesses, instances * trace.n_blocks)
     dtype = _pair_dtype(trace.n_accesses)
@@ -142,6 +144,7 @@ def run(
     out = np.empty(n, np.int64)
     delay, prefill, service = np.empty(n), np.empty(n), np.empty(n)
     free = np.full(instances, -np.inf)  # idle until given work (timestamps may be < 0)
+    removed = np.zeros(instances, np.int64)
     driver(steps)(
         trace.block_ids,
         trace.offsets,
@@ -163,8 +166,9 @@ def run(
         prefill,
         service,
         free,
+        removed,
     )
-    return instance, out, delay, prefill, service, s.cnt
+    return instance, out, delay, prefill, service, s.cnt, removed
 
 
 def driver(steps: Steps, rule: type = SpecRule) -> Any:

@@ -361,7 +361,7 @@ def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
     load, instances = setup.load, setup.instances
     assert load is not None  # needs_load routers were checked by the caller
     spec = get_policy(setup.params.policy)
-    instance, hits, delay, prefill, service, cnt = cluster_driver.run(
+    instance, hits, delay, prefill, service, cnt, removed = cluster_driver.run(
         spec.compiled_steps(),
         setup.params,
         trace,
@@ -374,9 +374,10 @@ def _dynamic_cluster(trace: Trace, setup: Setup) -> RawCluster:
         load.constants(setup.block_size),
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
-    # Every admission adds one resident block, every eviction takes one out.
+    # Every admission adds one resident block, every eviction and removal takes one out.
     accesses = np.bincount(instance, weights=np.diff(trace.offsets), minlength=instances)
     finals = [
-        int(a) - c["block_hits"] - c["evictions"] for a, c in zip(accesses, counters, strict=True)
+        int(a) - c["block_hits"] - c["evictions"] - int(m)
+        for a, c, m in zip(accesses, counters, removed, strict=True)
     ]
     return RawCluster(instance, hits, delay, prefill, service, finals, counters)

@@ -13,7 +13,9 @@ rule's class (:data:`RULES`); ``docs/semantics.md``'s is :class:`SpecRule`:
 
 * ``release_from(rule, ids, start, end)``: where the request's *temporary* blocks begin in
   ``ids[start:end]`` (blocks it held while it ran and that leave the cache when it ends;
-  ``end``: none).
+  ``end``: none);
+* ``temp_from(rule, ids, start, end)``: where its temporary blocks begin, whether or not they
+  leave the cache (a request-level policy places them by its own rule).
 
 Another semantics (an engine's own hit rule) is another rule class in :data:`RULES`; every
 driver then runs it for every policy, unchanged. The engines' (``docs/semantics.md``, "The
@@ -28,7 +30,8 @@ the engine modes).
 
 :func:`replay_request` is the single cache's request, shared by the single-cache and cluster
 drivers. It is a template too: each composition compiles its own copy, its step names bound
-(:mod:`prefixsim.engine.build`).
+(:mod:`prefixsim.engine.build`). A request-level policy's ``request`` step
+(:mod:`prefixsim.engine.steps`) takes its place for that policy (:func:`bound_names`).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class Rule:
     hit_tokens: Callable[..., Any]
     block_tokens: Callable[..., Any]
     release_from: Callable[..., Any]
+    temp_from: Callable[..., Any]
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -82,6 +86,7 @@ class Rule:
             "hit_tokens": self.hit_tokens,
             "block_tokens": self.block_tokens,
             "release_from": self.release_from,
+            "temp_from": self.temp_from,
         }
 
 
@@ -103,6 +108,10 @@ def _spec_block_tokens(rule, j, length):
 
 def _spec_release_from(rule, ids, start, end_):
     return end_  # the specification holds no block but the request's cached ones
+
+
+def _spec_temp_from(rule, ids, start, end_):
+    return end_
 
 
 def _engine_scan_limit(rule, n, length):
@@ -128,10 +137,23 @@ def _engine_release_from(rule, ids, start, end_):
     return j
 
 
+def _engine_temp_from(rule, ids, start, end_):
+    j = end_
+    while j > start and ids[ix(j - 1)] >= rule.temp_base:
+        j -= 1
+    return j
+
+
 RULES: dict[type, Rule] = {
-    SpecRule: Rule(_spec_scan_limit, _spec_hit_tokens, _spec_block_tokens, _spec_release_from),
+    SpecRule: Rule(
+        _spec_scan_limit, _spec_hit_tokens, _spec_block_tokens, _spec_release_from, _spec_temp_from
+    ),
     EngineRule: Rule(
-        _engine_scan_limit, _engine_hit_tokens, _engine_block_tokens, _engine_release_from
+        _engine_scan_limit,
+        _engine_hit_tokens,
+        _engine_block_tokens,
+        _engine_release_from,
+        _engine_temp_from,
     ),
 }
 """The hit rules the drivers run, by the class of their value."""
@@ -153,6 +175,10 @@ def block_tokens(rule: Any, j: int, length: int) -> int:
 
 
 def release_from(rule: Any, ids: Any, start: int, end_: int) -> int:
+    raise NotImplementedError("a rule runs only inside a compiled driver")
+
+
+def temp_from(rule: Any, ids: Any, start: int, end_: int) -> int:
     raise NotImplementedError("a rule runs only inside a compiled driver")
 
 
@@ -203,9 +229,10 @@ def replay_request(s, q, ids, start, end_, length, rule):
 
 def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
     """What a one-policy driver's template is compiled with: the policy's steps, the rule's
-    functions, and :func:`replay_request` bound to both."""
+    functions, and :func:`replay_request` (a request-level policy's ``request`` step in its
+    place) bound to both."""
     names = inline_all({**steps.functions(), **RULES[rule].functions()})
-    names["replay_request"] = inlined(rebind(replay_request, names))
+    names["replay_request"] = inlined(rebind(steps.request or replay_request, names))
     return names
 
 
