@@ -12,14 +12,16 @@ compaction, a request larger than the cache. The hand-worked SGLang cases of
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_trace
+from conftest import bundled_head, make_trace
 from engine_traces import ENGINE_MODES, EngineCase, engine_requests, sglang_point
 from prefixsim import Trace, make_params, replay, replay_params
 from prefixsim.cluster import LoadModel, make_router, replay_cluster_params
@@ -27,6 +29,7 @@ from prefixsim.oracles import sglang_radix
 from prefixsim.policies import PolicyParams
 from prefixsim.semantics import Semantics, reference_only, reference_replay, replay_arrays
 from strategies import BLOCK_SIZES, conversations
+from sweep import ExecutorConfig, SweepConfig, run_sweep
 from test_equivalence import assert_engines_agree
 
 LOAD = LoadModel("llama-3.1-8b", "h100")  # type: ignore[arg-type]
@@ -212,3 +215,23 @@ def _spec(trace: Trace, params: PolicyParams) -> tuple[np.ndarray, int, dict[str
     res = replay_params(trace, params, 512)
     counters = {k: v for k, v in res.counters.items() if k != "block_accesses"}
     return res.hit_tokens, res.final_cache_blocks, counters
+
+
+def test_the_sweep_runs_it(tmp_path: Path) -> None:
+    """The sweep plans and runs RADIX points (it refused them while RADIX had a reference
+    only), compiled, each row the public replay's."""
+    trace = bundled_head(tmp_path, 300)
+    out = tmp_path / "run"
+    cfg = SweepConfig(
+        out_dir=str(out), progress=False, executor=ExecutorConfig(n_jobs=1), plot=False,
+        trace=[str(trace)], policy=["RADIX"], capacity=[256, 1024], semantics=["spec", "sglang"],
+    )  # fmt: skip
+    run_sweep(cfg)
+    rows = pd.read_parquet(out / "results.parquet")
+    assert len(rows) == 4
+    for row in rows.itertuples():
+        want = replay(str(trace), "RADIX", int(row.capacity), semantics=row.semantics)
+        assert want.engine == "kernel"
+        assert row.total_hit_tokens == want.total_hit_tokens
+        assert row.final_cache_blocks == want.final_cache_blocks
+        assert (row.evictions, row.splits) == (want.counters["evictions"], want.counters["splits"])

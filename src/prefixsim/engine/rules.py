@@ -232,7 +232,8 @@ def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
     functions, and :func:`replay_request` (a request-level policy's ``request`` step in its
     place) bound to both."""
     names = inline_all({**steps.functions(), **RULES[rule].functions()})
-    names["replay_request"] = inlined(rebind(steps.request or replay_request, names))
+    request = getattr(steps.request, "py_func", steps.request) or replay_request
+    names["replay_request"] = inlined(rebind(request, names))
     return names
 
 
