@@ -17,8 +17,8 @@ Request = tuple[int, Sequence[Hashable]]  # (input_length, hash_ids)
 
 
 def has_kernel(policy: str) -> bool:
-    """Whether ``policy`` has a compiled kernel (RADIX has a plain-Python reference only so
-    far: its kernel engine refuses it)."""
+    """Whether ``policy`` has a compiled kernel (a policy registered without steps has a
+    plain-Python reference only: its kernel engine refuses it)."""
     from numba.core.dispatcher import Dispatcher
 
     return isinstance(prefixsim.get_policy(policy).kernel, Dispatcher)

@@ -42,7 +42,7 @@ TOY_GPU = HardwareProfile(name="toy", peak_flops={"bf16": 10.0}, bandwidth={"hbm
 TOY_LOAD = LoadModel(TOY_MODEL, TOY_GPU)
 REAL_LOAD = LoadModel(load_model("llama-3.1-8b"), "h100")  # type: ignore[arg-type]
 ONLINE = [p for p in policy_names() if p != "BELADY" and get_policy(p).steps is not None]
-"""The policies every router runs compiled (their steps; RADIX has a reference only)."""
+"""The policies every router runs compiled (their steps; RADIX's a request step)."""
 
 
 def timed(trace: Trace, ms: list[float], out: list[int] | None = None) -> Trace:

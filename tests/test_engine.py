@@ -129,8 +129,9 @@ def test_s3fifo_lcs_as_a_lower_tier_removes_without_a_ghost() -> None:
 
 # --- every policy in every position of a hierarchy ------------------------------------------
 
-COMPILED = [p for p in policy_names() if get_policy(p).steps is not None]
-"""Every policy with compiled steps (RADIX has a reference only: refused, tested below)."""
+COMPILED = [p for p in policy_names() if (s := get_policy(p).steps) is not None and s.per_block]
+"""Every policy a hierarchy runs: its steps per block (RADIX, request-level, is refused as a
+tier, tested below)."""
 ONLINE = [p for p in COMPILED if not get_policy(p).offline]
 
 
@@ -223,30 +224,27 @@ def test_refusals_are_the_documented_ones(policy: str, mode: str) -> None:
     else:
         with pytest.raises(ParameterError, match=r"tiers\[1\]\.policy"):
             replay_tiers(trace, tiers, mode)
-        no_steps = get_policy(policy).steps is None  # RADIX: a reference only
+        request_level = policy == "RADIX"
         no_removal = mode == "exclusive" and policy in ("CLOCK", "ARC")
-        assert policy == "BELADY" or no_steps or no_removal
+        assert policy == "BELADY" or request_level or no_removal
 
 
 @pytest.mark.parametrize("engine", ["kernel", "reference"])
-def test_radix_is_refused_by_every_compiled_composition(engine: str) -> None:
-    """RADIX has a reference only (docs/policies.md, 'Refusals'): the single cache's kernel,
-    every tier position and the cluster's routers refuse it in one line, before any replay; its
-    reference runs the single cache and the static routers' instances."""
+def test_radix_is_refused_as_a_tier_and_runs_every_router(engine: str) -> None:
+    """RADIX is request-level (docs/policies.md, 'Refusals'): every tier position refuses it
+    in one line, before any replay, in both engines; the single cache and every router run
+    it, compiled and reference alike."""
     trace = make_trace([(2, [1, 2]), (2, [1, 3])])
     params = make_params("RADIX", 4)
     for first in (True, False):
-        tiers = [{"policy": "RADIX", "capacity": 4}, {"policy": "LRU", "capacity": 4}]
-        with pytest.raises(ParameterError, match=r"tiers\[\d\]\.policy='RADIX'.*no compiled"):
-            replay_tiers(trace, tiers if first else tiers[::-1], "inclusive", 1, engine=engine)  # type: ignore[arg-type]
-    if engine == "kernel":
-        with pytest.raises(ParameterError, match=r"policy='RADIX'.*no compiled"):
-            replay_params(trace, params, 1)
-        for router in ("kv_aware", "least_loaded", "round_robin"):
-            with pytest.raises(ParameterError, match=r"policy='RADIX'.*no compiled"):
-                replay_cluster_params(trace, params, 1, 2, make_router(router), LOAD)
-    else:
-        assert replay_params(trace, params, 1, engine="reference").hit_tokens.tolist() == [0, 1]
+        for mode in MODES:
+            tiers = [{"policy": "RADIX", "capacity": 4}, {"policy": "LRU", "capacity": 4}]
+            with pytest.raises(ParameterError, match=r"tiers\[\d\]\.policy='RADIX'.*request-level"):
+                replay_tiers(trace, tiers if first else tiers[::-1], mode, 1, engine=engine)  # type: ignore[arg-type]
+    assert replay_params(trace, params, 1, engine=engine).hit_tokens.tolist() == [0, 1]  # type: ignore[arg-type]
+    for router in ("kv_aware", "least_loaded", "round_robin"):
+        res = replay_cluster_params(trace, params, 1, 2, make_router(router), LOAD, engine=engine)  # type: ignore[arg-type]
+        assert res.engine == engine
 
 
 def test_a_demoted_block_is_not_the_requests_in_lru_tail_first() -> None:

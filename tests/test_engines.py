@@ -241,12 +241,18 @@ def test_radix_on_hashes_that_do_not_identify_their_prefix() -> None:
     )
 
 
-def test_radix_has_no_kernel_yet_and_says_so() -> None:
-    from prefixsim import ParameterError, replay_params
+@pytest.mark.parametrize(
+    ("requests", "capacity", "kw"),
+    [(WHOLE, 4, {}), (WHOLE, 4, {"whole_node": False}), (SPLIT, 6, {}),
+     (SPLIT, 6, {"split_refresh": False}), (SHORT, 6, {}), (SHORT, 6, {"evict_shortfall": False}),
+     (SHORT, 6, {"spare_pages": 0})],
+)  # fmt: skip
+def test_hand_worked_sglang_cases_compiled(requests: Any, capacity: int, kw: Any) -> None:
+    """The hand-worked cases above through the compiled request step (the public replay, whose
+    result says which engine ran), under both rules."""
+    from prefixsim import replay
 
-    trace = engine_trace(WHOLE)
-    params = make_params("RADIX", 4)
-    with pytest.raises(ParameterError, match=r"policy='RADIX'.*no compiled kernel"):
-        replay_params(trace, params, BS)
-    reference = replay_params(trace, params, BS, engine="reference")
-    assert reference.hit_tokens.tolist() == sim(WHOLE, "RADIX", 4, "spec")
+    for semantics in ("sglang", "spec"):
+        res = replay(engine_trace(requests), "RADIX", capacity, BS, semantics=semantics, **kw)
+        assert res.engine == "kernel"
+        assert res.hit_tokens.tolist() == sim(requests, "RADIX", capacity, semantics, **kw)

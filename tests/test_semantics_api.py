@@ -27,7 +27,7 @@ from prefixsim import ParameterError, Semantics, make_params, replay, replay_par
 from prefixsim.cluster import replay_cluster
 from prefixsim.oracles import sglang_radix
 from prefixsim.policies import get_policy, policy_names
-from prefixsim.semantics import _one_slot_small_queue, reference_replay, replay_arrays
+from prefixsim.semantics import reference_only, reference_replay, replay_arrays
 from prefixsim.tiers import replay_tiers
 from strategies import conversations, policy_params
 
@@ -72,7 +72,8 @@ def test_replay_sglang_is_sglang(point: tuple[EngineCase, int, bool, bool]) -> N
     )
     assert result.hit_tokens.tolist() == oracle.hit_tokens
     assert result.counters["evictions"] == oracle.counters["evictions"]
-    assert result.engine == "reference"  # a request-level policy: no steps (yet)
+    # RADIX's decode steps allocate page by page: the reference caches output blocks
+    assert result.engine == ("reference" if outputs else "kernel")
 
 
 STEPS = {p: steps for p in policy_names() if (steps := get_policy(p).steps) is not None}
@@ -94,8 +95,9 @@ def check_compiled_mode(point: Any) -> None:
         assert str(compiled.value) == str(refusal)
         return
     hits, final, counters, ran = replay_arrays(trace, params, bs, sem, "kernel")
-    # S3FIFO_LCS's one-slot small queue admits nothing, which its steps refuse: the reference
-    assert ran == ("reference" if _one_slot_small_queue(params, sem) else "kernel")
+    # S3FIFO_LCS's one-slot small queue admits nothing, which its steps refuse, and RADIX's
+    # decode steps allocate page by page: the reference
+    assert ran == ("reference" if reference_only(params, sem) else "kernel")
     assert hits.tolist() == want[0].tolist()
     assert final == want[1]
     assert counters == want[2]

@@ -228,7 +228,7 @@ def assert_single_identity(
     trace: Trace, policy: str, capacity: int, engine: str, modes: tuple[str, ...] = MODES
 ) -> None:
     params = make_params(policy, capacity)
-    single_engine = "kernel" if has_kernel(policy) else "reference"  # RADIX: reference only
+    single_engine = "kernel" if has_kernel(policy) else "reference"  # a policy without steps
     single = replay_params(trace, params, 512, engine=single_engine)  # type: ignore[arg-type]
     for mode in modes:
         tiered = replay_tiers(trace, [{"policy": policy, "capacity": capacity}], mode,
@@ -246,8 +246,8 @@ def test_one_tier_kernel_is_the_single_cache(conversation: Trace, policy: str) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(  # RADIX has no steps: refused as a tier (docs/policies.md, Refusals)
-    "policy", [p for p in policy_names() if get_policy(p).steps is not None]
+@pytest.mark.parametrize(  # RADIX is request-level: refused as a tier (docs/policies.md, Refusals)
+    "policy", [p for p in policy_names() if (s := get_policy(p).steps) is not None and s.per_block]
 )
 def test_one_tier_reference_is_the_single_cache(conversation: Trace, policy: str) -> None:
     # One mode: with one tier the modes run the same steps (the kernel test checks both).

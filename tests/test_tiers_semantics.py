@@ -21,8 +21,9 @@ from strategies import conversations, policy_params
 from test_tiers import assert_same as assert_tiers_same
 
 BS = 4
-STEPS = [p for p in policy_names() if get_policy(p).steps is not None]
-"""Every policy with steps: each takes the top tier."""
+STEPS = [p for p in policy_names() if (s := get_policy(p).steps) is not None and s.per_block]
+"""Every policy with per-block steps: each takes the top tier (a request-level one, RADIX, is
+refused as a tier: docs/policies.md, "Refusals")."""
 LOWER = ["LRU", "S3FIFO"]
 """The lower tier of the drawn hierarchies: every policy in every position is covered under
 spec by tests/test_tiers.py; here the engines' rule (tier 0's) meets each top-tier policy, and a

@@ -501,7 +501,8 @@ def compiled_replay(
     check_fits(semantics, trace, params.capacity, block_size)
     params = _with_capacity(params, semantics.usable_capacity(params.capacity))
     layout = engine_layout(trace, semantics, block_size)
-    if layout.n_temp and semantics.free_front and not spec.steps.removable:
+    frees = spec.steps.removable or not spec.steps.per_block  # a request step frees its own
+    if layout.n_temp and semantics.free_front and not frees:
         # the reference refuses at the first request that holds one (its last temporary
         # block is resident when the request ends): refuse before any replay
         raise _no_removal(params.policy)
@@ -530,16 +531,13 @@ def replay_arrays(
     ``(hit_tokens per request, final_cache_blocks, counters, engine that ran)``.
 
     ``engine="kernel"`` runs the compiled single-cache driver (:func:`compiled_replay`) for a
-    policy with steps; ``engine="reference"``, a policy without steps, ``S3FIFO_LCS`` with a
-    small queue of one slot (which its steps refuse) and a :class:`RequestLevelPolicy` (``RADIX``:
-    it places the temporary blocks by its own allocation rule, which the driver's per-block
-    accesses are not) run :func:`reference_replay`. The result says which ran."""
+    policy with steps; ``engine="reference"``, a policy without steps and the points
+    :func:`reference_only` names run :func:`reference_replay`. The result says which ran."""
     if semantics.name == "spec":  # the callers run the specification's own engines
         raise ValueError("replay_arrays is the engine modes' dispatch; spec has its own")
     spec = get_policy(params.policy)
-    request_level = hasattr(spec.reference, "serve_request")  # RequestLevelPolicy, by class
-    if engine == "kernel" and spec.steps is not None and not request_level:
-        if _one_slot_small_queue(params, semantics):
+    if engine == "kernel" and spec.steps is not None:
+        if reference_only(params, semantics):
             hit_tokens, final, counters = reference_replay(trace, params, block_size, semantics)
             return hit_tokens, final, counters, "reference"
         hit_tokens, final, counters = compiled_replay(trace, params, block_size, semantics, spec)
@@ -559,9 +557,9 @@ def check_arrays(
     spec = get_policy(params.policy)
     check_fits(semantics, trace, params.capacity, block_size)
     usable = _with_capacity(params, semantics.usable_capacity(params.capacity))
-    request_level = hasattr(spec.reference, "serve_request")
-    compiled = engine == "kernel" and spec.steps is not None and not request_level
-    if compiled and _one_slot_small_queue(params, semantics):
+    request_level = hasattr(spec.reference, "serve_request")  # frees its own pages
+    compiled = engine == "kernel" and spec.steps is not None
+    if compiled and reference_only(params, semantics):
         compiled = False  # the reference replays it
     if request_level or not semantics.free_front:
         removable = True  # a request-level policy frees no block; vLLM "back" removes none
@@ -578,6 +576,18 @@ def check_arrays(
             raise _no_removal(params.policy)
         if compiled:
             check_state_fits(usable, trace.n_blocks + int(n_output) + int(n_temp), int(n_accesses))
+
+
+def reference_only(params: PolicyParams, semantics: Semantics) -> bool:
+    """Whether ``params`` under an engine's ``semantics`` runs on the reference though its
+    policy has steps: ``S3FIFO_LCS`` with a small queue of one slot
+    (:func:`_one_slot_small_queue`), and a request-level policy (``RADIX``) that caches output
+    blocks: SGLang allocates a decode step's page at the step (``decode_pages``), which needs
+    each request's output length, and the compiled drivers carry the prompt's only."""
+    steps = get_policy(params.policy).steps
+    if steps is not None and not steps.per_block and semantics.cache_output_blocks:
+        return True
+    return _one_slot_small_queue(params, semantics)
 
 
 def _one_slot_small_queue(params: PolicyParams, semantics: Semantics) -> bool:

@@ -31,8 +31,9 @@ the steps see one cache's ids, with ``q = i``. A temporary block (layout id ``>=
 is accessed once, by one request on one instance: it has no entry in the table and takes the
 pair id ``temp_to + (id - temp_from)``, past every other pair id, which is where the rule
 (``EngineRule.temp_base = temp_to``) finds it. The driver counts each instance's block hits
-and evictions (``cnt[i, 0:2]``) and its released temporary blocks; its final size is its misses
-minus its evictions and releases.
+and evictions (``cnt[i, 0:2]``) and its removals (``released[i]``: the temporary blocks released,
+and the accesses that left no resident block, which only a request-level policy's request
+reports); its final size is its misses minus its evictions and removals.
 """
 
 from __future__ import annotations

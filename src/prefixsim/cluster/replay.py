@@ -375,7 +375,7 @@ def _dynamic_cluster(trace: Trace, setup: Setup, semantics: Semantics) -> RawClu
         params = _with_capacity(params, semantics.usable_capacity(params.capacity))
         layout = engine_layout(trace, semantics, setup.block_size)
         check_state_fits(params, layout.n_ids, len(layout.ids), copies=instances)
-        if layout.n_temp and semantics.free_front and not steps.removable:
+        if layout.n_temp and semantics.free_front and steps.per_block and not steps.removable:
             raise _no_removal(params.policy)  # as the reference refuses it, before any replay
     instance, hits, delay, prefill, service, cnt, accesses, held, released = cluster_driver.run(
         steps,

@@ -16,6 +16,8 @@ rule's class (:data:`RULES`); ``docs/semantics.md``'s is :class:`SpecRule`:
   ``end``: none);
 * ``is_temporary(rule, h)``: whether id ``h`` is a temporary block (a hierarchy keeps one in its
   top tier only: it is never demoted or written to a slower tier).
+* ``temp_from(rule, ids, start, end)``: where its temporary blocks begin, whether or not they
+  leave the cache (a request-level policy places them by its own rule).
 
 Another semantics (an engine's own hit rule) is another rule class in :data:`RULES`; every
 driver then runs it for every policy, unchanged. The engines' (``docs/semantics.md``, "The
@@ -30,7 +32,8 @@ the engine modes).
 
 :func:`replay_request` is the single cache's request, shared by the single-cache and cluster
 drivers. It is a template too: each composition compiles its own copy, its step names bound
-(:mod:`prefixsim.engine.build`).
+(:mod:`prefixsim.engine.build`). A request-level policy's ``request`` step
+(:mod:`prefixsim.engine.steps`) takes its place for that policy (:func:`bound_names`).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class Rule:
     block_tokens: Callable[..., Any]
     release_from: Callable[..., Any]
     is_temporary: Callable[..., Any]
+    temp_from: Callable[..., Any]
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -86,6 +90,7 @@ class Rule:
             "block_tokens": self.block_tokens,
             "release_from": self.release_from,
             "is_temporary": self.is_temporary,
+            "temp_from": self.temp_from,
         }
 
 
@@ -111,6 +116,10 @@ def _spec_release_from(rule, ids, start, end_):
 
 def _spec_is_temporary(rule, h):
     return False
+
+
+def _spec_temp_from(rule, ids, start, end_):
+    return end_
 
 
 def _engine_scan_limit(rule, n, length):
@@ -140,6 +149,13 @@ def _engine_is_temporary(rule, h):
     return h >= rule.temp_base
 
 
+def _engine_temp_from(rule, ids, start, end_):
+    j = end_
+    while j > start and ids[ix(j - 1)] >= rule.temp_base:
+        j -= 1
+    return j
+
+
 RULES: dict[type, Rule] = {
     SpecRule: Rule(
         _spec_scan_limit,
@@ -147,6 +163,7 @@ RULES: dict[type, Rule] = {
         _spec_block_tokens,
         _spec_release_from,
         _spec_is_temporary,
+        _spec_temp_from,
     ),
     EngineRule: Rule(
         _engine_scan_limit,
@@ -154,6 +171,7 @@ RULES: dict[type, Rule] = {
         _engine_block_tokens,
         _engine_release_from,
         _engine_is_temporary,
+        _engine_temp_from,
     ),
 }
 """The hit rules the drivers run, by the class of their value."""
@@ -179,6 +197,10 @@ def release_from(rule: Any, ids: Any, start: int, end_: int) -> int:
 
 
 def is_temporary(rule: Any, h: int) -> bool:
+    raise NotImplementedError("a rule runs only inside a compiled driver")
+
+
+def temp_from(rule: Any, ids: Any, start: int, end_: int) -> int:
     raise NotImplementedError("a rule runs only inside a compiled driver")
 
 
@@ -229,9 +251,11 @@ def replay_request(s, q, ids, start, end_, length, rule):
 
 def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
     """What a one-policy driver's template is compiled with: the policy's steps, the rule's
-    functions, and :func:`replay_request` bound to both."""
+    functions, and :func:`replay_request` (a request-level policy's ``request`` step in its
+    place) bound to both."""
     names = inline_all({**steps.functions(), **RULES[rule].functions()})
-    names["replay_request"] = inlined(rebind(replay_request, names))
+    request = getattr(steps.request, "py_func", steps.request) or replay_request
+    names["replay_request"] = inlined(rebind(request, names))
     return names
 
 

@@ -6,7 +6,10 @@ tokens by the rule, then every block accessed in order: ``begin``, ``hit`` or ``
 block, ``end``). Every admission makes its block resident and evicts at most one, so the final
 number of resident blocks is ``misses - evictions - removed`` (``removed``: the temporary blocks
 an engine's rule takes out when their request ends, :class:`~prefixsim.engine.rules.EngineRule`;
-none under the specification's); the driver counts ``block_hits`` and
+none under the specification's). A request-level policy's ``request`` step takes the request's
+place (:mod:`prefixsim.engine.steps`): it reports its block hits, the blocks it evicted (several
+per request, whole nodes) and as ``removed`` the accesses that left no resident block, so the
+count holds for it too; the driver counts ``block_hits`` and
 ``evictions`` into the state's ``cnt[0, 0:2]``, the steps count the policy's own counters.
 
 A policy may also bring a hand-fused kernel of its single-cache replay (its ``fast_kernel``,

@@ -23,6 +23,10 @@ A policy's compiled form is a *state* and its *steps*, registered together as a 
   ``begin(s, q, ids, start, end)`` a request starts on cache ``q``: its ids are
                                   ``ids[start:end]``, in order. Optional
   ``end(s, q)``                   the request's accesses are done. Optional
+  ``request(s, q, ids, start,``   a *request-level* policy's whole request, in place of the
+  ``end, length, rule)``          drivers' per-block one (SGLang's radix cache, ``RADIX``):
+                                  see below. Optional; such a policy gives no ``hit`` and
+                                  no ``admit``
   ============================== ============================================================
 
   ``pred`` is the id the request accessed just before ``h`` in this cache, :data:`NO_PRED` for
@@ -36,6 +40,16 @@ A state is *declared*: each field of the ``NamedTuple`` names, as its default, h
 and :func:`~prefixsim.engine.lists.per_cache` for the lists), and ``Steps`` derives
 ``make_state`` from it (:func:`declared_state`). A state whose fields depend on each other
 (sizes computed from the stream, a guard on the trace's size) gives ``make_state`` itself.
+
+A request-level policy serves a whole request at once: it matches the request's prefix in its
+own structure, evicts for the request before inserting it (several blocks, in whole units of
+its own), and caches what it chooses. Its ``request`` step replaces
+:func:`prefixsim.engine.rules.replay_request` in the drivers that run one cache per request
+(the single cache, the cluster), with the same arguments and results (the rule's functions
+are bound for it by the same generic names); it reports ``removed`` as the request's accesses
+that leave no resident block behind, so that the drivers' count of the final residents,
+``misses - evictions - removed``, holds for it too. A hierarchy, whose cascade admits one block
+at a time, refuses such a policy.
 
 A step may be a plain function or a numba one (a step that another policy's steps call, e.g.
 S3FIFO_LEAF calling S3FIFO's removal, must be a numba one). Helpers a step calls must be numba
@@ -191,6 +205,10 @@ def end(s: Any, q: int) -> None:
     raise NotImplementedError("a step runs only inside a compiled driver")
 
 
+def request(s: Any, q: int, ids: Any, start: int, end: int, length: int, rule: Any) -> Any:
+    raise NotImplementedError("a step runs only inside a compiled driver")
+
+
 def _no_begin(s, q, ids, start, end):
     return None
 
@@ -199,13 +217,22 @@ def _no_end(s, q):
     return None
 
 
+def _no_hit(s, q, h, pred):
+    # Never reached: a request-level policy's drivers call its request step instead.
+    return None
+
+
+def _no_admit(s, q, h, pred):
+    return -1  # as _no_hit
+
+
 def _no_remove(s, q, h):
     # Never reached: a hierarchy that would remove from this policy is refused before it runs
     # (prefixsim.tiers.check_tiers), but a driver compiled for it still names a removal.
     return None
 
 
-STEP_NAMES = ("is_resident", "hit", "admit", "remove", "begin", "end")
+STEP_NAMES = ("is_resident", "hit", "admit", "remove", "begin", "end", "request")
 _ARITY = {name: len(inspect.signature(globals()[name]).parameters) for name in STEP_NAMES}
 
 
@@ -223,8 +250,9 @@ class Steps:
     make_state: Callable[[Any, Space], Any] = _required
     """Not given: the state is declared (:func:`declared_state`)."""
     is_resident: Callable[..., Any] = _required
-    hit: Callable[..., Any] = _required
-    admit: Callable[..., Any] = _required
+    hit: Callable[..., Any] | None = _required
+    """None only for a request-level policy (``request``), as ``admit``."""
+    admit: Callable[..., Any] | None = _required
     remove: Callable[..., Any] | None = None
     begin: Callable[..., Any] | None = None
     end: Callable[..., Any] | None = None
@@ -232,6 +260,8 @@ class Steps:
     """``refuse(params)``: raise the :class:`~prefixsim.errors.ParameterError` of parameters the
     steps cannot run (its ``make_state`` calls it, and a check before a replay calls it alone,
     allocating nothing); None: the steps run every valid ``params``."""
+    request: Callable[..., Any] | None = None
+    """A request-level policy's request (see the module docstring), or None."""
     files: tuple[str, ...] = ()
     """More source files the steps depend on, beyond the files that define them and the
     package's policies (numba's disk cache of the drivers is keyed by all of them)."""
@@ -249,6 +279,14 @@ class Steps:
             if fn is not None and len(inspect.signature(fn).parameters) != _ARITY[name]:
                 params = ", ".join(inspect.signature(globals()[name]).parameters)
                 raise TypeError(f"{fn.__qualname__}: a {name} step takes ({params})")
+        if self.request is None and (self.hit is None or self.admit is None):
+            raise TypeError(f"{self.state.__name__}: hit and admit steps, or a request step")
+
+    @property
+    def per_block(self) -> bool:
+        """The policy is served block by block (``hit``, ``admit``), not request by request:
+        what a hierarchy's cascade needs."""
+        return self.request is None
 
     @property
     def removable(self) -> bool:
@@ -258,8 +296,8 @@ class Steps:
         """The generic names bound to this policy's steps (no-ops for the absent hooks)."""
         return {
             "is_resident": self.is_resident,
-            "hit": self.hit,
-            "admit": self.admit,
+            "hit": self.hit or _no_hit,
+            "admit": self.admit or _no_admit,
             "remove": self.remove or _no_remove,
             "begin": self.begin or _no_begin,
             "end": self.end or _no_end,
@@ -267,7 +305,7 @@ class Steps:
 
     def source_files(self) -> set[str]:
         """The files the steps are defined in, and ``files``."""
-        fns = (self.is_resident, self.hit, self.admit, self.remove, self.begin, self.end)
+        fns = [getattr(self, name) for name in STEP_NAMES]
         found = {inspect.getsourcefile(getattr(f, "py_func", f)) or "" for f in fns if f}
         return (found | set(self.files)) - {""}
 

@@ -92,12 +92,14 @@ def check_tiers(tiers: Sequence[Tier | Mapping[str, Any]], mode: str) -> tuple[T
             raise ParameterError(f"tiers[{i}].name", name, "tier names must be distinct")
         out.append(Tier(tier.params, name, tier.medium))
     for i, tier in enumerate(out):
-        if get_policy(tier.policy).steps is None:
+        steps = get_policy(tier.policy).steps
+        if steps is None or not steps.per_block:
+            what = "has no compiled steps" if steps is None else "is a request-level policy"
             raise ParameterError(
                 f"tiers[{i}].policy",
                 tier.policy,
-                "has no compiled steps, so it cannot be a tier (its reference serves whole "
-                "requests, not the block-by-block admissions a hierarchy makes): "
+                f"{what}, so it cannot be a tier (it serves whole requests, not the "
+                "block-by-block admissions and demotions a hierarchy makes): "
                 "docs/policies.md, 'Refusals'",
             )
     for i, tier in enumerate(out[1:], start=1):
