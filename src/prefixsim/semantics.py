@@ -195,17 +195,25 @@ def request_blocks(
     docstring)."""
     if code == SPEC:
         return n_hash_ids, 0, 0, n_hash_ids
+    # One division (two with outputs cached): the compiled layout runs this for every request,
+    # and an integer division costs more than the rest of it.
     full_prompt = input_length // block_size
+    aligned = input_length == full_prompt * block_size
     n_prompt = min(full_prompt, n_hash_ids)
-    kv_tokens = input_length
+    full = full_prompt  # blocks of KV filled: kv_tokens // block_size
+    n_total = full_prompt if aligned else full_prompt + 1  # ceil(kv_tokens / block_size)
     if cache_output_blocks and output_length > 1:
         kv_tokens = input_length + output_length - 1  # the last sampled token has no KV
-    n_total = (kv_tokens + block_size - 1) // block_size
+        full = kv_tokens // block_size
+        n_total = full if kv_tokens == full * block_size else full + 1
     n_output = 0
     if n_prompt == full_prompt:  # output blocks chain on a fully hashed prompt only
-        n_output = kv_tokens // block_size - full_prompt
+        n_output = full - full_prompt
     n_temp = n_total - n_prompt - n_output
-    max_hit = min(n_prompt, max(input_length - 1, 0) // block_size)
+    # (L - 1) // block_size for L > 0: L's full blocks, one fewer if L is a multiple
+    max_hit = 0
+    if input_length > 0:
+        max_hit = min(n_prompt, full_prompt - 1 if aligned else full_prompt)
     return n_prompt, n_output, n_temp, max_hit
 
 
