@@ -1,5 +1,5 @@
 """The engine modes on the single cache's fast path: the policies' fast kernels under the
-engines' rule.
+engines' rule, and the trace's layout kept for a sweep.
 
 The fast kernels (LRU, S3FIFO, S3FIFO_LCS) are compiled per hit rule from one template
 (``prefixsim.engine.single.fast_kernel``): under ``EngineRule`` they cap the scan, count whole
@@ -12,6 +12,7 @@ temporary blocks per request, which push each other through a small S).
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -150,3 +151,36 @@ def test_lcs_frees_a_temporary_block_from_the_middle_of_m() -> None:
     assert result.final_cache_blocks == want[1] == 3  # c, d, a
     assert result.counters == want[2]
     assert (result.counters["promotions"], result.counters["evictions"]) == (1, 1)
+
+
+def test_layout_kept_per_trace_block_size_and_outputs() -> None:
+    """``engine_layout`` lays a trace out once per block size and output rule (both engines
+    and both free orders share it), read-only, at most two per trace, and forgets a trace's
+    layouts with the trace."""
+    trace = make_trace([(5, ["a", "b"]), (4, ["a"])], outputs=[6, 0])
+    first = engine_layout(trace, Semantics("vllm"), 2)
+    assert engine_layout(trace, Semantics("sglang"), 2) is first
+    assert engine_layout(trace, Semantics("vllm", unhashed_free="back"), 2) is first
+    assert not first.ids.flags.writeable and not first.offsets.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        first.ids[0] = 7
+    outputs = engine_layout(trace, Semantics("vllm", cache_output_blocks=True), 2)
+    assert outputs is not first and len(outputs.ids) > len(first.ids)
+    other = engine_layout(trace, Semantics("vllm"), 1)
+    assert other is not first and engine_layout(trace, Semantics("vllm"), 1) is other
+    # (2, False) was the oldest of three: laid out again, equal
+    again = engine_layout(trace, Semantics("vllm"), 2)
+    assert again is not first
+    np.testing.assert_array_equal(again.ids, first.ids)
+    np.testing.assert_array_equal(again.offsets, first.offsets)
+    # the same trace's results, with its layout kept or not
+    kept = replay(trace, "LRU", 4, 2, semantics="vllm")
+    fresh = replay(make_trace([(5, ["a", "b"]), (4, ["a"])], outputs=[6, 0]), "LRU", 4, 2,
+                   semantics="vllm")  # fmt: skip
+    assert kept.hit_tokens.tolist() == fresh.hit_tokens.tolist()
+    from prefixsim import semantics
+
+    n = len(semantics._LAYOUTS)
+    del trace, kept
+    gc.collect()
+    assert len(semantics._LAYOUTS) < n
