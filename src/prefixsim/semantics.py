@@ -525,7 +525,7 @@ def compiled_replay(
         # block is resident when the request ends): refuse before any replay
         raise _no_removal(params.policy)
     check_state_fits(params, layout.n_ids, len(layout.ids))
-    rule = EngineRule(block_size, layout.temp_base, semantics.free_front)
+    rule = EngineRule.of(block_size, layout.temp_base, semantics.free_front)
     hits, final, counters = single.run(
         spec,
         params,
