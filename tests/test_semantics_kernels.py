@@ -35,6 +35,8 @@ from prefixsim.semantics import (
 )
 
 FAST = ["LRU", "S3FIFO", "S3FIFO_LCS"]
+HELD = [*FAST, "LRU_LEAF", "S3FIFO_LEAF", "LRU_TAIL_FIRST"]
+"""The fast kernels, and the policies whose removal of a temporary block restores a leaf."""
 
 
 def check_fast_kernel(point: Any) -> None:
@@ -76,28 +78,28 @@ def test_fast_kernels_under_the_engine_rules(point: Any) -> None:
 @st.composite
 def held_point(draw: st.DrawFn) -> tuple[Any, int, Any, Semantics]:
     """Requests of few hashes and longer prompts (up to three temporary blocks each, blocks of
-    2), a small cache of a fast-kernel policy: temporary blocks that enter S3FIFO_LCS's M
-    before its first eviction and get blocks behind them, push each other through S, and
-    free the tail of LRU's list."""
+    2), a small cache: temporary blocks that enter S3FIFO_LCS's M before its first eviction
+    and get blocks behind them, push each other through S, free the tail of LRU's list, and
+    make their request's last block a leaf again (LRU_LEAF's leaf list, S3FIFO_LEAF)."""
     requests = []
     for _ in range(draw(st.integers(1, 40))):  # long enough for the evictions to show it
         hashes = draw(st.lists(st.integers(0, 6), max_size=3))
         requests.append((draw(st.integers(0, 2 * (len(hashes) + 3))), hashes))
     sem = draw(st.sampled_from([Semantics("sglang"), Semantics("vllm")]))
     capacity = 6 + (sem.name == "vllm") + draw(st.integers(0, 3))
-    policy = draw(st.sampled_from(FAST))
+    policy = draw(st.sampled_from(HELD))
     kw: dict[str, Any] = {"small_ratio": draw(st.sampled_from([0.25, 0.34, 0.5]))}
     if policy == "S3FIFO_LCS":
         kw["ghost_ratio"] = draw(st.sampled_from([0.0, 0.9]))
         kw["move_to_main_threshold"] = draw(st.integers(1, 2))
-    elif policy == "LRU":
+    elif policy not in ("S3FIFO", "S3FIFO_LEAF"):
         kw = {}
     return make_trace(requests), 2, make_params(policy, capacity, **kw), sem
 
 
 @settings(max_examples=300, deadline=None)
 @given(point=held_point())
-def test_fast_kernels_free_held_blocks(point: Any) -> None:
+def test_modes_free_held_blocks(point: Any) -> None:
     check_fast_kernel(point)
 
 
