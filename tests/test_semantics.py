@@ -274,6 +274,11 @@ def test_request_larger_than_the_usable_cache_refused() -> None:
     check_fits(Semantics("sglang"), trace, 3, BS)
     with pytest.raises(ParameterError, match=r"capacity=3.*needs 3 blocks.*2 usable"):
         check_fits(Semantics("vllm"), trace, 3, BS)
+    # the compiled replay refuses it too, by the layout it keeps for the trace: first and again
+    for _ in range(2):
+        with pytest.raises(ParameterError, match=r"capacity=3.*line 1.*needs 3 blocks.*2 usable"):
+            replay_params(trace, make_params("LRU", 3), BS, semantics="vllm")
+    assert replay_params(trace, make_params("LRU", 3), BS, semantics="sglang").engine == "kernel"
 
 
 def test_policy_without_removal_refused_when_a_block_must_be_freed() -> None:

@@ -411,18 +411,15 @@ def _layout_sizes(code, offsets, input_lengths, output_lengths, block_size, cach
     accesses = 0
     outputs = 0
     temps = 0
-    longest = 0
     for r in range(input_lengths.shape[0]):
         n_hash = offsets[ix(r + 1)] - offsets[ix(r)]
         n_prompt, n_output, n_temp, _ = _request_blocks(
             code, input_lengths[ix(r)], output_lengths[ix(r)], n_hash, block_size, cache_output
         )
-        held = n_prompt + n_output + n_temp
-        accesses += held
+        accesses += n_prompt + n_output + n_temp
         outputs += n_output
         temps += n_temp
-        longest = max(longest, held)
-    return accesses, outputs, temps, longest
+    return accesses, outputs, temps
 
 
 @njit(cache=True, nogil=True)
@@ -431,6 +428,7 @@ def _layout_fill(
     next_output, next_temp, ids, out_offsets,
 ):  # fmt: skip
     j = 0
+    longest = 0
     for r in range(input_lengths.shape[0]):
         start = offsets[ix(r)]
         n_prompt, n_output, n_temp, _ = _request_blocks(
@@ -453,6 +451,8 @@ def _layout_fill(
             next_temp += 1
             j += 1
         out_offsets[ix(r + 1)] = j
+        longest = max(longest, n_prompt + n_output + n_temp)
+    return longest  # the most blocks a request holds at once
 
 
 _MEMO_IDS = 2**26
@@ -496,12 +496,12 @@ def _lay_out(trace: Trace, semantics: Semantics, block_size: int) -> Layout:
     code = semantics.code
     out = semantics.cache_output_blocks
     sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size, out)
-    n_accesses, n_output, n_temp, longest = _layout_sizes(code, *sizes)
+    n_accesses, n_output, n_temp = _layout_sizes(code, *sizes)
     temp_base = trace.n_blocks + n_output
     n_ids = temp_base + n_temp
     ids = np.empty(n_accesses, np.int32 if n_ids < 2**31 else np.int64)
     offsets = np.zeros(trace.n_requests + 1, np.int64)
-    _layout_fill(code, trace.block_ids, *sizes, trace.n_blocks, temp_base, ids, offsets)
+    longest = _layout_fill(code, trace.block_ids, *sizes, trace.n_blocks, temp_base, ids, offsets)
     return Layout(
         ids, offsets, int(n_ids), int(temp_base), int(n_output), int(n_temp), int(longest)
     )
