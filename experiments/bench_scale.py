@@ -36,6 +36,7 @@ import json, math, resource, statistics, sys, time
 import pathlib, tempfile
 import numpy as np
 import prefixsim
+from prefixsim.engine.rules import SpecRule
 sys.path.insert(0, sys.argv[3])
 from baseline_kernels import baseline_kernel
 from bench_scale import BASELINE
@@ -82,8 +83,9 @@ def run(variant, tr, cap):
     if variant == policy:  # the kernel's working arrays are allocated in the timed part
         inputs = spec.kernel_inputs(params, tr.n_blocks)
         t_loop = time.perf_counter()
-        hits, final = spec.kernel(tr.block_ids, tr.offsets, tr.input_lengths, tr.n_blocks, 512,
-                                  cnt, *inputs)
+        hits = np.empty(tr.n_requests, np.int64)
+        final = spec.kernel(tr.block_ids, tr.offsets, tr.input_lengths, SpecRule(512), cnt,
+                            hits, *inputs)
         loop = time.perf_counter() - t_loop
     else:
         hits, final = OLD_KERNELS[policy](tr.block_ids, tr.offsets, tr.input_lengths,

@@ -134,6 +134,30 @@ def test_request_blocks_add_up(length: int, out: int, n: int, bs: int, cache_out
     assert max_hit <= n_prompt <= n
 
 
+@given(
+    length=st.integers(0, 200),
+    out=st.integers(0, 40),
+    n=st.integers(0, 40),
+    bs=st.integers(1, 17),
+    cache_out=st.booleans(),
+)
+def test_request_blocks_by_their_definitions(
+    length: int, out: int, n: int, bs: int, cache_out: bool
+) -> None:
+    """``request_blocks`` (one division per request) against its definitions written out:
+    the first ``min(L // b, n)`` hashes cached, ``ceil(kv / b)`` blocks held, the full blocks
+    past the prompt's cached as outputs when the prompt is fully hashed, at most ``(L - 1) //
+    b`` blocks hit."""
+    kv = length + out - 1 if cache_out and out > 1 else length
+    n_prompt = min(length // bs, n)
+    n_output = kv // bs - length // bs if n_prompt == length // bs else 0
+    n_temp = -(-kv // bs) - n_prompt - n_output
+    max_hit = min(n_prompt, max(length - 1, 0) // bs)
+    want = (n_prompt, n_output, n_temp, max_hit)
+    assert request_blocks(VLLM, length, out, n, bs, cache_out) == want
+    assert request_blocks(SPEC, length, out, n, bs, cache_out) == (n, 0, 0, n)
+
+
 _compiled: dict[str, Any] = {}
 
 
@@ -250,6 +274,11 @@ def test_request_larger_than_the_usable_cache_refused() -> None:
     check_fits(Semantics("sglang"), trace, 3, BS)
     with pytest.raises(ParameterError, match=r"capacity=3.*needs 3 blocks.*2 usable"):
         check_fits(Semantics("vllm"), trace, 3, BS)
+    # the compiled replay refuses it too, by the layout it keeps for the trace: first and again
+    for _ in range(2):
+        with pytest.raises(ParameterError, match=r"capacity=3.*line 1.*needs 3 blocks.*2 usable"):
+            replay_params(trace, make_params("LRU", 3), BS, semantics="vllm")
+    assert replay_params(trace, make_params("LRU", 3), BS, semantics="sglang").engine == "kernel"
 
 
 def test_policy_without_removal_refused_when_a_block_must_be_freed() -> None:

@@ -57,7 +57,10 @@ Sources (read with the search tool; the commit is the stored snapshot each file 
 
 from __future__ import annotations
 
+import functools
 import itertools
+import threading
+import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -195,17 +198,25 @@ def request_blocks(
     docstring)."""
     if code == SPEC:
         return n_hash_ids, 0, 0, n_hash_ids
+    # One division (two with outputs cached): the compiled layout runs this for every request,
+    # and an integer division costs more than the rest of it.
     full_prompt = input_length // block_size
+    aligned = input_length == full_prompt * block_size
     n_prompt = min(full_prompt, n_hash_ids)
-    kv_tokens = input_length
+    full = full_prompt  # blocks of KV filled: kv_tokens // block_size
+    n_total = full_prompt if aligned else full_prompt + 1  # ceil(kv_tokens / block_size)
     if cache_output_blocks and output_length > 1:
         kv_tokens = input_length + output_length - 1  # the last sampled token has no KV
-    n_total = (kv_tokens + block_size - 1) // block_size
+        full = kv_tokens // block_size
+        n_total = full if kv_tokens == full * block_size else full + 1
     n_output = 0
     if n_prompt == full_prompt:  # output blocks chain on a fully hashed prompt only
-        n_output = kv_tokens // block_size - full_prompt
+        n_output = full - full_prompt
     n_temp = n_total - n_prompt - n_output
-    max_hit = min(n_prompt, max(input_length - 1, 0) // block_size)
+    # (L - 1) // block_size for L > 0: L's full blocks, one fewer if L is a multiple
+    max_hit = 0
+    if input_length > 0:
+        max_hit = min(n_prompt, full_prompt - 1 if aligned else full_prompt)
     return n_prompt, n_output, n_temp, max_hit
 
 
@@ -427,6 +438,8 @@ class Layout:
     temp_base: int
     n_output: int
     n_temp: int
+    longest: int = 0
+    """The most blocks one request holds at once (:func:`check_fits`'s measure)."""
 
 
 @njit(cache=True, nogil=True)
@@ -451,6 +464,7 @@ def _layout_fill(
     next_output, next_temp, ids, out_offsets,
 ):  # fmt: skip
     j = 0
+    longest = 0
     for r in range(input_lengths.shape[0]):
         start = offsets[ix(r)]
         n_prompt, n_output, n_temp, _ = _request_blocks(
@@ -473,12 +487,48 @@ def _layout_fill(
             next_temp += 1
             j += 1
         out_offsets[ix(r + 1)] = j
+        longest = max(longest, n_prompt + n_output + n_temp)
+    return longest  # the most blocks a request holds at once
+
+
+_MEMO_IDS = 2**26
+"""The largest layout :func:`engine_layout` keeps (ids; 256 MiB of int32): beyond it the pass
+is a small part of a replay (whose state then lives in DRAM, not the CPU's caches) and a kept
+copy of the trace's ids would be a large one of the memory."""
+_MEMO_PER_TRACE = 2
+_LAYOUTS: weakref.WeakKeyDictionary[Trace, dict[tuple[int, bool], Layout]] = (
+    weakref.WeakKeyDictionary()
+)
+_LAYOUTS_LOCK = threading.Lock()
 
 
 def engine_layout(trace: Trace, semantics: Semantics, block_size: int) -> Layout:
     """The accesses :func:`reference_replay` makes under an engine's ``semantics``, request by
     request (:func:`request_blocks`: the first ``n_prompt`` hashes, ``n_output`` output blocks,
-    ``n_temp`` temporary blocks), with dense ids: compiled, in two passes over the trace."""
+    ``n_temp`` temporary blocks), with dense ids: compiled, in two passes over the trace.
+
+    Kept while ``trace`` lives (its last two layouts, of up to 2**26 ids each), so that a sweep
+    over policies and capacities lays a trace out once: the layout depends only on
+    ``block_size`` and ``cache_output_blocks`` (both engines lay out alike, and the free order
+    is the replay's). Its arrays are read-only: they are shared."""
+    key = (int(block_size), semantics.cache_output_blocks)
+    with _LAYOUTS_LOCK:
+        kept = _LAYOUTS.get(trace, {}).get(key)
+    if kept is not None:
+        return kept
+    layout = _lay_out(trace, semantics, block_size)
+    layout.ids.flags.writeable = False
+    layout.offsets.flags.writeable = False
+    if len(layout.ids) <= _MEMO_IDS:
+        with _LAYOUTS_LOCK:
+            layouts = _LAYOUTS.setdefault(trace, {})
+            layouts[key] = layout
+            while len(layouts) > _MEMO_PER_TRACE:
+                del layouts[next(iter(layouts))]  # the oldest
+    return layout
+
+
+def _lay_out(trace: Trace, semantics: Semantics, block_size: int) -> Layout:
     code = semantics.code
     out = semantics.cache_output_blocks
     sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size, out)
@@ -487,27 +537,32 @@ def engine_layout(trace: Trace, semantics: Semantics, block_size: int) -> Layout
     n_ids = temp_base + n_temp
     ids = np.empty(n_accesses, np.int32 if n_ids < 2**31 else np.int64)
     offsets = np.zeros(trace.n_requests + 1, np.int64)
-    _layout_fill(code, trace.block_ids, *sizes, trace.n_blocks, temp_base, ids, offsets)
-    return Layout(ids, offsets, int(n_ids), int(temp_base), int(n_output), int(n_temp))
+    longest = _layout_fill(code, trace.block_ids, *sizes, trace.n_blocks, temp_base, ids, offsets)
+    return Layout(
+        ids, offsets, int(n_ids), int(temp_base), int(n_output), int(n_temp), int(longest)
+    )
 
 
 def compiled_replay(
     trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, spec: PolicySpec
 ) -> tuple[np.ndarray, int, dict[str, int]]:
-    """:func:`reference_replay`'s results from the single-cache driver over ``spec``'s steps
-    and :class:`~prefixsim.engine.rules.EngineRule`: the same capacity (the null block), the
-    same accesses (:func:`engine_layout`), the temporary blocks removed by the driver."""
+    """:func:`reference_replay`'s results from the single-cache replay under
+    :class:`~prefixsim.engine.rules.EngineRule` (the policy's fast kernel if it has one, else
+    the driver over its steps): the same capacity (the null block), the same accesses
+    (:func:`engine_layout`), the temporary blocks removed by the rule."""
     assert spec.steps is not None
-    check_fits(semantics, trace, params.capacity, block_size)
-    params = _with_capacity(params, semantics.usable_capacity(params.capacity))
+    usable = semantics.usable_capacity(params.capacity)
     layout = engine_layout(trace, semantics, block_size)
+    if layout.longest > usable:
+        check_fits(semantics, trace, params.capacity, block_size)  # its one-line refusal
+    params = _with_capacity(params, usable)
     frees = spec.steps.removable or not spec.steps.per_block  # a request step frees its own
     if layout.n_temp and semantics.free_front and not frees:
         # the reference refuses at the first request that holds one (its last temporary
         # block is resident when the request ends): refuse before any replay
         raise _no_removal(params.policy)
     check_state_fits(params, layout.n_ids, len(layout.ids))
-    rule = EngineRule(block_size, layout.temp_base, semantics.free_front)
+    rule = EngineRule.of(block_size, layout.temp_base, semantics.free_front)
     hits, final, counters = single.run(
         spec,
         params,
@@ -625,6 +680,17 @@ def _no_removal(policy: str) -> ParameterError:
 def _with_capacity(params: PolicyParams, capacity: int) -> PolicyParams:
     """``params`` with another capacity, validated again (a policy whose queues need more
     blocks refuses the usable capacity, naming it)."""
+    try:
+        return _with_capacity_kept(params, capacity)
+    except TypeError:  # a field that cannot be hashed (a researcher's policy): not kept
+        return _with_capacity_new(params, capacity)
+
+
+def _with_capacity_new(params: PolicyParams, capacity: int) -> PolicyParams:
     values = {k: v for k, v in params.to_dict().items() if k != "policy"}
     values["capacity"] = capacity
     return type(params)(**values)
+
+
+# Parameters are frozen: the validation (a tenth of a small replay) runs once per point.
+_with_capacity_kept = functools.lru_cache(maxsize=1024)(_with_capacity_new)

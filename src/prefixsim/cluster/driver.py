@@ -174,7 +174,7 @@ def run(
     max_pairs = min(n_accesses - n_temp, instances * temp_from)
     rule: Any = SpecRule(block_size)
     if layout is not None:  # the temporary blocks' pair ids come after every other
-        rule = EngineRule(block_size, max_pairs, free_front)
+        rule = EngineRule.of(block_size, max_pairs, free_front)
     dtype = _pair_dtype(n_accesses)
     pair = np.zeros(temp_from * instances, dtype)  # untouched pages stay unallocated
     s = steps.make_state(params, Space(max_pairs + n_temp, instances, block_ids))

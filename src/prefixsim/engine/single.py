@@ -13,17 +13,23 @@ count holds for it too; the driver counts ``block_hits`` and
 ``evictions`` into the state's ``cnt[0, 0:2]``, the steps count the policy's own counters.
 
 A policy may also bring a hand-fused kernel of its single-cache replay (its ``fast_kernel``,
-e.g. S3FIFO's rings, which cannot remove a block from the middle of a queue); it is held equal
-to this driver per request (``tests/test_engine.py``) and used in its place.
+e.g. S3FIFO's rings); it is held equal to this driver per request (``tests/test_engine.py``)
+and used in its place, under every rule. It is a template as the drivers are: its loop calls
+the rule's functions by their generic names (``scan_limit``, ``hit_tokens``, ``release_from``,
+:mod:`prefixsim.engine.rules`), and :func:`fast_kernel` compiles it once per rule with them
+bound and inlined, so a rule is written once for the drivers and the fast kernels alike.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .rules import SpecRule, one_policy_driver, replay_request
+from .build import compiled, inline_all
+from .rules import RULES, SpecRule, one_policy_driver, replay_request
 from .steps import Space, Steps, ix
 
 
@@ -53,6 +59,21 @@ def driver(steps: Steps, rule: type = SpecRule) -> Any:
     return one_policy_driver(_template, steps, rule)
 
 
+def fast_kernel(template: Callable[[str], Callable[..., Any]], rule: type = SpecRule) -> Any:
+    """A policy's fast kernel (``PolicySpec.fast_kernel``, a template of the replay's loop
+    over the generic rule names) compiled for ``rule``: the rule's functions bound and inlined,
+    as in the drivers (a numba dispatcher, kept on disk like theirs)."""
+    kernel = _FAST.get((template, rule))
+    if kernel is None:  # (finding the template's file costs more than a small replay)
+        files = [inspect.getsourcefile(template) or ""]
+        kernel = compiled(template, (rule,), lambda: inline_all(RULES[rule].functions()), files)
+        _FAST[(template, rule)] = kernel
+    return kernel
+
+
+_FAST: dict[tuple[Any, type], Any] = {}
+
+
 def run(
     spec: Any,
     params: Any,
@@ -67,24 +88,22 @@ def run(
 ) -> tuple[np.ndarray, int, dict[str, int]]:
     """``spec``'s single-cache replay (a :class:`~prefixsim.policies.PolicySpec`): hit tokens per
     request, final resident blocks, counters. Its fast kernel if it has one (and ``fast``),
-    else the driver over its steps. ``rule``: the hit rule's value (default
-    ``SpecRule(block_size)``); another rule runs the driver (a fast kernel is the spec's
-    replay), over ids ``0 .. n_blocks - 1`` laid out for it (``block_ids`` and ``offsets``)."""
+    else the driver over its steps, either compiled for ``rule``, the hit rule's value
+    (default ``SpecRule(block_size)``), over ids ``0 .. n_blocks - 1`` (for another rule,
+    ``block_ids`` and ``offsets`` are laid out for it: the engines' by
+    :func:`prefixsim.semantics.engine_layout`)."""
     names = spec.counter_names
     if rule is None:
         rule = SpecRule(block_size)
-    elif not isinstance(rule, SpecRule):
-        fast = False
+    hit_tokens = np.empty(input_lengths.shape[0], np.int64)
     if fast and spec.fast_kernel is not None:
         cnt = np.zeros(len(names), np.int64)
         inputs = spec.kernel_inputs(params, n_blocks)
-        hit_tokens, final = spec.fast_kernel(
-            block_ids, offsets, input_lengths, n_blocks, block_size, cnt, *inputs
-        )
+        kernel = fast_kernel(spec.fast_kernel, type(rule))
+        final = kernel(block_ids, offsets, input_lengths, rule, cnt, hit_tokens, *inputs)
         return hit_tokens, int(final), dict(zip(names, cnt.tolist(), strict=True))
     steps = spec.compiled_steps()
     s = steps.make_state(params, Space(n_blocks, 1, block_ids))
-    hit_tokens = np.empty(input_lengths.shape[0], np.int64)
     removed = driver(steps, type(rule))(block_ids, offsets, input_lengths, rule, s, hit_tokens)
     counts = s.cnt[0].tolist()
     misses = int(offsets[-1] - offsets[0]) - counts[0]

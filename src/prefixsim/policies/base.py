@@ -19,19 +19,26 @@ The references are driven the same way by the reference drivers (:mod:`prefixsim
 :mod:`prefixsim.tiers.reference`, :mod:`prefixsim.cluster.reference`), through the reference's
 own steps (:meth:`ReferencePolicy.hit`, :meth:`~ReferencePolicy.admit`, ...).
 
-Fast-kernel contract::
+Fast-kernel contract: ``fast_kernel`` is a *template*, as the drivers are
+(:mod:`prefixsim.engine.build`): ``fast_kernel(stamp)`` returns the kernel's Python function,
+which names ``stamp`` (the disk cache's key) and calls the hit rule's functions by their generic
+names (``scan_limit``, ``hit_tokens``, ``release_from``: :mod:`prefixsim.engine.rules`);
+:func:`prefixsim.engine.single.fast_kernel` compiles it once per rule with them bound::
 
-    kernel(block_ids, offsets, input_lengths, n_blocks, block_size, counters,
-           *kernel_args, *kernel_state)
-        -> (hit_tokens: int64[n_requests], final_cache_blocks: int)
+    kernel(block_ids, offsets, input_lengths, rule, counters, hit_tokens,
+           *kernel_args, *kernel_state) -> final_cache_blocks: int
 
 (call it with ``*spec.kernel_inputs(params, n_blocks)`` after the first six arguments). For
 every request ``r`` (blocks ``block_ids[offsets[r]:offsets[r+1]]``) the kernel first counts the
-leading blocks resident *at arrival* (stopping at the first non-resident one), stores
-``min(k * block_size, input_lengths[r])``, and only then accesses every block of the request in
-order. ``counters`` (int64, zeroed, one slot per name in ``counter_names``) is filled in place.
-``kernel_state`` (optional) is the kernel's working memory, fresh arrays allocated by numpy in
-Python for every call (:func:`zeroed_state`).
+leading blocks resident *at arrival* (stopping at the first non-resident one, and after
+``scan_limit(rule, n, input_lengths[r])`` blocks), stores ``hit_tokens(rule, k,
+input_lengths[r])`` in ``hit_tokens[r]`` (int64), only then accesses every block of the request
+in order, and then removes ``block_ids[release_from(rule, ...):offsets[r+1]]``, those still
+resident (an engine's temporary blocks; none under the specification's rule). ``counters``
+(int64, zeroed, one slot per name in ``counter_names``) is filled in place. The kernel
+allocates nothing (it is compiled without numba's runtime, as the drivers are): ``kernel_state``
+(optional) is its working memory, fresh arrays allocated by numpy in Python for every call
+(:func:`zeroed_state`).
 """
 
 from __future__ import annotations
@@ -260,7 +267,7 @@ class ReferencePolicy(ABC):
         self.end_request()
 
 
-Kernel = Callable[..., tuple[np.ndarray, int]]
+Kernel = Callable[..., int]
 
 
 DEFAULT_BYTES_PER_BLOCK = 64
@@ -289,9 +296,9 @@ class PolicySpec:
     steps: Steps | None
     """The compiled form every composition's driver runs; None: the policy has a reference
     only, and every compiled composition refuses it (:meth:`compiled_steps`)."""
-    fast_kernel: Kernel | None = None
-    """A hand-fused single-cache replay (see the module docstring), or None: the single-cache
-    driver over ``steps``."""
+    fast_kernel: Callable[[str], Kernel] | None = None
+    """A hand-fused single-cache replay's template (see the module docstring), or None: the
+    single-cache driver over ``steps``."""
     kernel_args: Callable[[Any], tuple[Any, ...]] | None = None
     """The fast kernel's extra positional arguments, derived from a validated params object."""
     kernel_state: Callable[[Any, int], tuple[np.ndarray, ...]] | None = None
@@ -321,15 +328,15 @@ class PolicySpec:
 
     @property
     def kernel(self) -> Any:
-        """The compiled single-cache replay (a numba dispatcher): the fast kernel, or the
-        single-cache driver of the steps; for a policy without steps, a function that refuses
-        (:meth:`compiled_steps`'s error)."""
+        """The compiled single-cache replay under the specification's rule (a numba
+        dispatcher): the fast kernel, or the single-cache driver of the steps; for a policy
+        without steps, a function that refuses (:meth:`compiled_steps`'s error)."""
+        from ..engine.single import driver, fast_kernel
+
         if self.fast_kernel is not None:
-            return self.fast_kernel
+            return fast_kernel(self.fast_kernel)  # the specification's rule
         if self.steps is None:
             return self._refuse
-        from ..engine.single import driver
-
         return driver(self.steps)
 
     def _refuse(self, *_args: Any) -> Any:

@@ -17,12 +17,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
-from numba import njit
 
-from ..engine.lists import linked, links, per_cache, pop_head, push, to_tail, unlink
+from ..engine.lists import (
+    linked,
+    links,
+    per_cache,
+    pop_head,
+    push,
+    to_tail,
+    unlink,
+)
+from ..engine.rules import hit_tokens, release_from, scan_limit
 from ..engine.steps import Steps, counters, param
 from .base import PolicyParams, ReferencePolicy, ix, register, zeroed_state
 
@@ -128,7 +136,8 @@ STEPS = Steps(
 # block's residency, so while every block so far was a hit, "resident now" is "resident at
 # arrival", and the first miss ends the prefix. The rest of the request runs the general access
 # loop. Evictions are not counted in the loop but derived at the end (each miss adds one block,
-# each eviction removes one), which keeps one register free.
+# each eviction or removal takes one out), which keeps one register free. A rule's temporary
+# blocks (an engine's partial block, ``release_from``) are unlinked when their request ends.
 #
 # Every subscript is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): ids, pair indices and
 # ``offsets`` positions are non-negative (an end of the list, -1, is never an index: it is
@@ -136,79 +145,108 @@ STEPS = Steps(
 # three instructions in every address, is skipped (1.21-1.35x).
 
 
-@njit(cache=True, nogil=True)
-def lru_kernel(block_ids, offsets, input_lengths, n_blocks, block_size, cnt, capacity, link):
-    head = -1
-    tail = -1
-    size = 0
-    hits = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # The longest resident prefix, each of its blocks accessed (a hit) as it is counted.
-        i = start
-        while i < end:
-            h = block_ids[ix(i)]
-            nx = link[ix(2 * h + 1)]
-            if nx == 0:  # not resident: the prefix ends
-                break
-            i += 1
-            if h == tail:
-                continue
-            # move h to the most recently used end (h is not the tail, so a block follows it,
-            # nx - 2 >= 0, and tail >= 0)
-            p = link[ix(2 * h)]
-            if p >= 0:
-                link[ix(2 * p + 1)] = nx
-            else:
-                head = nx - 2
-            link[ix(2 * (nx - 2))] = p
-            link[ix(2 * h)] = tail
-            link[ix(2 * h + 1)] = 1
-            link[ix(2 * tail + 1)] = h + 2
-            tail = h
-        hits += i - start
-        hit_tokens[ix(r)] = min((i - start) * block_size, input_lengths[ix(r)])
-        # Then the remaining blocks, from the first miss on, hit or miss, in order.
-        for j in range(i, end):
-            h = block_ids[ix(j)]
-            nx = link[ix(2 * h + 1)]
-            if nx != 0:
-                hits += 1
+def lru_fused(stamp: str) -> Any:
+    """The fast kernel's template (:func:`prefixsim.engine.single.fast_kernel`): compiled once
+    per hit rule, its functions (``scan_limit``, ``hit_tokens``, ``release_from``) bound and
+    inlined; under the specification's rule they reduce to the scan of every leading block,
+    ``min(k * block_size, L)`` and no release."""
+
+    def lru_kernel(block_ids, offsets, input_lengths, rule, cnt, out, capacity, link):
+        stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
+        head = -1
+        tail = -1
+        size = 0
+        hits = 0
+        removed = 0
+        n_requests = input_lengths.shape[0]
+        for r in range(n_requests):
+            start = offsets[ix(r)]
+            end = offsets[ix(r + 1)]
+            length = input_lengths[ix(r)]
+            stop = start + scan_limit(rule, end - start, length)
+            # The longest resident prefix, each of its blocks accessed (a hit) as it is counted.
+            i = start
+            while i < stop:
+                h = block_ids[ix(i)]
+                nx = link[ix(2 * h + 1)]
+                if nx == 0:  # not resident: the prefix ends
+                    break
+                i += 1
                 if h == tail:
                     continue
-                # unlink h (it is not the tail, so its next is a block)
+                # move h to the most recently used end (h is not the tail, so a block follows
+                # it, nx - 2 >= 0, and tail >= 0)
                 p = link[ix(2 * h)]
                 if p >= 0:
                     link[ix(2 * p + 1)] = nx
                 else:
                     head = nx - 2
                 link[ix(2 * (nx - 2))] = p
-            else:
-                if size >= capacity:
-                    victim = head
-                    head = link[ix(2 * victim + 1)] - 2
-                    link[ix(2 * victim + 1)] = 0  # no longer resident
-                    if head >= 0:
-                        link[ix(2 * head)] = -1
-                    else:
-                        tail = -1
-                    size -= 1
-                size += 1
-            # append h at the most recently used end
-            link[ix(2 * h)] = tail
-            link[ix(2 * h + 1)] = 1
-            if tail >= 0:
+                link[ix(2 * h)] = tail
+                link[ix(2 * h + 1)] = 1
                 link[ix(2 * tail + 1)] = h + 2
-            else:
-                head = h
-            tail = h
-    cnt[0] += hits
-    # evictions: every miss adds one block, every eviction removes one
-    cnt[1] += (offsets[ix(n_requests)] - offsets[0]) - hits - size
-    return hit_tokens, size
+                tail = h
+            hits += i - start
+            out[ix(r)] = hit_tokens(rule, i - start, length)
+            # Then the remaining blocks, from the first miss on, hit or miss, in order.
+            for j in range(i, end):
+                h = block_ids[ix(j)]
+                nx = link[ix(2 * h + 1)]
+                if nx != 0:
+                    hits += 1
+                    if h == tail:
+                        continue
+                    # unlink h (it is not the tail, so its next is a block)
+                    p = link[ix(2 * h)]
+                    if p >= 0:
+                        link[ix(2 * p + 1)] = nx
+                    else:
+                        head = nx - 2
+                    link[ix(2 * (nx - 2))] = p
+                else:
+                    if size >= capacity:
+                        victim = head
+                        head = link[ix(2 * victim + 1)] - 2
+                        link[ix(2 * victim + 1)] = 0  # no longer resident
+                        if head >= 0:
+                            link[ix(2 * head)] = -1
+                        else:
+                            tail = -1
+                        size -= 1
+                    size += 1
+                # append h at the most recently used end
+                link[ix(2 * h)] = tail
+                link[ix(2 * h + 1)] = 1
+                if tail >= 0:
+                    link[ix(2 * tail + 1)] = h + 2
+                else:
+                    head = h
+                tail = h
+            # The request's temporary blocks still resident leave the list (the rule's; none
+            # under the specification's), the others keep their order.
+            for j in range(release_from(rule, block_ids, start, end), end):
+                h = block_ids[ix(j)]
+                nx = link[ix(2 * h + 1)]
+                if nx == 0:
+                    continue
+                p = link[ix(2 * h)]
+                if p >= 0:
+                    link[ix(2 * p + 1)] = nx
+                else:
+                    head = nx - 2
+                if nx >= 2:
+                    link[ix(2 * (nx - 2))] = p
+                else:
+                    tail = p
+                link[ix(2 * h + 1)] = 0
+                size -= 1
+                removed += 1
+        cnt[0] += hits
+        # evictions: every miss adds one block, every eviction or removal takes one out
+        cnt[1] += (offsets[ix(n_requests)] - offsets[0]) - hits - size - removed
+        return size
+
+    return lru_kernel
 
 
 def _kernel_state(p: LRUParams, n_blocks: int) -> tuple[np.ndarray]:
@@ -231,7 +269,7 @@ SPEC = register(
     LRUParams,
     LRUReference,
     STEPS,
-    fast_kernel=lru_kernel,
+    fast_kernel=lru_fused,
     kernel_args=_kernel_args,
     kernel_state=_kernel_state,
     state_bytes=_state_bytes,

@@ -152,7 +152,9 @@ class LRULeafReference(ChainTree, ReferencePolicy):
 # used only for forced evictions, and the list of leaves (``llink``). An accessed leaf goes to
 # the leaf tail, a block that gains a child leaves the list. A block that becomes a leaf again
 # when its last resident child leaves keeps its old ``last``: it goes to the leaf head if it is
-# older than the head (the usual case: a chain cut from its tail), otherwise into a binary
+# older than the head (the usual case: a chain cut from its tail), to the leaf tail if it is
+# newer than the tail (its child was the request's last block, removed when the request ended:
+# an engine's temporary block), otherwise into a binary
 # min-heap (engine.heaps) keyed by ``last << 31 | id``; an entry is live iff its block is
 # resident, not in the list, a leaf, and still has that ``last``. The LRU leaf is the older of
 # the list head and the heap's top live entry. A key is pushed at most once (a block can become
@@ -226,6 +228,11 @@ def _leaf_again(s, q, b):
     lhead = s.sc[ix(e + _LEAVES)]
     if lhead < 0 or lv < s.last[ix(lhead)]:
         push_front(s.llink, s.sc, e + _LEAVES, b)
+        return
+    if lv > s.last[ix(s.sc[ix(e + _LEAVES + 1)])]:
+        # newer than the tail (a block whose only child was the request's temporary block,
+        # freed when the request ends: the engines' rule): the list stays ordered
+        push(s.llink, s.sc, e + _LEAVES, b)
         return
     base = q * s.heap_size
     n = s.sc[ix(e + _HEAP_LEN)]

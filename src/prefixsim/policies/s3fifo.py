@@ -40,12 +40,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
 from ..engine.lists import link_bytes, links, per_cache, pop_head, push, unlink
+from ..engine.rules import hit_tokens, release_from, scan_limit
 from ..engine.steps import Space, Steps, counters, made, param
 from ..errors import ParameterError
 from .base import (
@@ -409,6 +410,16 @@ STEPS = Steps(
 # The final sizes follow from the admissions: |S| = min(S admissions, small_cap), |M| =
 # min(promotions + ghost hits, main_cap). One position instead of a head and a length per ring
 # frees two registers in the loop and measured 1.14-1.26x on the bundled trace.
+#
+# The one exception is a rule's removal of a request's temporary blocks when it ends (an
+# engine's partial block, ``release_from``; none under the specification's rule). A resident
+# temporary block is always at S's tail: it is admitted to S (its id is its own, never in G),
+# it is never hit, so its freq stays 0 and it never reaches M, and the request's temporary
+# blocks are its last accesses, so nothing joins S after them; those of them still resident
+# are S's last entries. Removing them moves S's position back over their slots and empties
+# them: S's empty slots stay one run starting at its position, which the next admissions fill
+# (popping -1: nothing leaves), as a FIFO of fewer than small_cap entries does. S's size is then
+# counted from its slots at the end.
 # G loses entries from the middle too (a ghost hit), so it is a ring of ``2 * ghost_cap`` slots
 # with tombstones, from ``g_head`` (its oldest entry or tombstone) to ``g_tail`` (where the next
 # entry goes): a ghost hit overwrites the block's slot with -1 (found through ``st``), popping
@@ -452,135 +463,168 @@ STEPS = Steps(
 # skipped (1.24-1.32x).
 
 
-@njit(cache=True, nogil=True)
-def s3fifo_kernel(
-    block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
-    small_cap, main_cap, max_freq, ghost_freq, st, ring,
-):  # fmt: skip
-    capacity = small_cap + main_cap
-    s_pos = 0  # the slot of S's head, which is also where its next entry goes
-    s_laps = 0  # times s_pos went round: S admissions = s_laps * small_cap + s_pos
-    m_pos = small_cap  # the same for M
-    ghost_hits = promotions = 0
-    g_end = ring.shape[0]  # G's slots are ring[capacity:g_end]
-    g_head = g_tail = capacity  # G's oldest entry or tombstone, and where the next one goes
-    g_len = 0  # live entries
-    ghost_cap = main_cap
-    saturated = max_freq * 4  # st[h] < saturated  <=>  freq < max_freq (where < 4)
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        # The longest resident prefix, each of its blocks accessed (a hit) as it is counted.
-        i = start
-        while i < end:
-            h = block_ids[ix(i)]
-            s = st[ix(h)]
-            if not s & 2:
-                break
-            if s < saturated:
-                st[ix(h)] = s + 4
-            i += 1
-        hit_tokens[ix(r)] = min((i - start) * block_size, input_lengths[ix(r)])
-        # Then the remaining blocks, from the first miss on, hit or miss, in order.
-        for j in range(i, end):
-            h = block_ids[ix(j)]
-            s = st[ix(h)]
-            if s & 2:  # in S or M: a hit
+def s3fifo_fused(stamp: str) -> Any:
+    """The fast kernel's template (:func:`prefixsim.engine.single.fast_kernel`), compiled once
+    per hit rule with its functions (``scan_limit``, ``hit_tokens``, ``release_from``) bound
+    and inlined."""
+
+    def s3fifo_kernel(
+        block_ids, offsets, input_lengths, rule, cnt, out,
+        small_cap, main_cap, max_freq, ghost_freq, st, ring,
+    ):  # fmt: skip
+        stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
+        capacity = small_cap + main_cap
+        s_pos = 0  # the slot of S's head, which is also where its next entry goes
+        s_laps = 0  # times s_pos went round: S admissions = s_laps * small_cap + s_pos
+        m_pos = small_cap  # the same for M
+        ghost_hits = promotions = 0
+        g_end = ring.shape[0]  # G's slots are ring[capacity:g_end]
+        g_head = g_tail = capacity  # G's oldest entry or tombstone, and where the next one goes
+        g_len = 0  # live entries
+        ghost_cap = main_cap
+        saturated = max_freq * 4  # st[h] < saturated  <=>  freq < max_freq (where < 4)
+        removed = 0  # temporary blocks the rule took out of S (S's tail, see above)
+        n_requests = input_lengths.shape[0]
+        for r in range(n_requests):
+            start = offsets[ix(r)]
+            end = offsets[ix(r + 1)]
+            length = input_lengths[ix(r)]
+            stop = start + scan_limit(rule, end - start, length)
+            # The longest resident prefix, each of its blocks accessed (a hit) as it is counted.
+            i = start
+            while i < stop:
+                h = block_ids[ix(i)]
+                s = st[ix(h)]
+                if not s & 2:
+                    break
                 if s < saturated:
                     st[ix(h)] = s + 4
-                continue
-            to_g = -1  # the block this access evicts into G, if any
-            to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
-            to_m_freq = 0
-            if s & 1:  # in G: a ghost hit re-admits h to M with ghost_freq
-                ghost_hits += 1
-                ring[ix(s >> 2)] = -1  # tombstone
-                g_len -= 1
-                to_m = h
-                to_m_freq = ghost_freq
-            else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
-                victim = ring[ix(s_pos)]  # S's head, or -1 while S is filling
-                ring[ix(s_pos)] = h  # h takes the head's slot: the tail of a full ring
-                s_pos += 1
-                if s_pos == small_cap:
-                    s_pos = 0
-                    s_laps += 1
-                st[ix(h)] = _IN_S  # freq 0
-                if victim >= 0:
-                    vs = st[ix(victim)]
-                    if vs >= 4:
-                        promotions += 1
-                        to_m = victim
-                        to_m_freq = vs >> 2
-                    else:
-                        to_g = victim
-            if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
-                victim = ring[ix(m_pos)]  # M's head, or -1 while M is filling
-                while victim >= 0:
-                    vs = st[ix(victim)]
-                    if vs < 4:  # freq 0: evicted to G, to_m takes its slot
-                        to_g = victim
-                        break
-                    # requeued at the tail, which in a full ring is its own slot; freq - 1
-                    st[ix(victim)] = vs - 4
+                i += 1
+            out[ix(r)] = hit_tokens(rule, i - start, length)
+            # Then the remaining blocks, from the first miss on, hit or miss, in order.
+            for j in range(i, end):
+                h = block_ids[ix(j)]
+                s = st[ix(h)]
+                if s & 2:  # in S or M: a hit
+                    if s < saturated:
+                        st[ix(h)] = s + 4
+                    continue
+                to_g = -1  # the block this access evicts into G, if any
+                to_m = -1  # the block this access admits to M, if any, with freq to_m_freq
+                to_m_freq = 0
+                if s & 1:  # in G: a ghost hit re-admits h to M with ghost_freq
+                    ghost_hits += 1
+                    ring[ix(s >> 2)] = -1  # tombstone
+                    g_len -= 1
+                    to_m = h
+                    to_m_freq = ghost_freq
+                else:  # admit_to_S: S's head leaves first, warm to M (freq kept), cold to G
+                    victim = ring[ix(s_pos)]  # S's head, or -1 while S is filling
+                    ring[ix(s_pos)] = h  # h takes the head's slot: the tail of a full ring
+                    s_pos += 1
+                    if s_pos == small_cap:
+                        s_pos = 0
+                        s_laps += 1
+                    st[ix(h)] = _IN_S  # freq 0
+                    if victim >= 0:
+                        vs = st[ix(victim)]
+                        if vs >= 4:
+                            promotions += 1
+                            to_m = victim
+                            to_m_freq = vs >> 2
+                        else:
+                            to_g = victim
+                if to_m >= 0:  # admit_to_M: second chance until exactly one block is evicted
+                    victim = ring[ix(m_pos)]  # M's head, or -1 while M is filling
+                    while victim >= 0:
+                        vs = st[ix(victim)]
+                        if vs < 4:  # freq 0: evicted to G, to_m takes its slot
+                            to_g = victim
+                            break
+                        # requeued at the tail, which in a full ring is its own slot; freq - 1
+                        st[ix(victim)] = vs - 4
+                        m_pos += 1
+                        if m_pos == capacity:
+                            m_pos = small_cap
+                        victim = ring[ix(m_pos)]
+                    ring[ix(m_pos)] = to_m
                     m_pos += 1
                     if m_pos == capacity:
                         m_pos = small_cap
-                    victim = ring[ix(m_pos)]
-                ring[ix(m_pos)] = to_m
-                m_pos += 1
-                if m_pos == capacity:
-                    m_pos = small_cap
-                st[ix(to_m)] = to_m_freq * 4 + _IN_M
-            if to_g >= 0:  # insert_to_G (a victim of S or M, so never already in G)
-                if g_len >= ghost_cap:
-                    # drop G's oldest live entry (there is one: g_len >= 1), tombstones with it
-                    while True:
-                        old = ring[ix(g_head)]
-                        g_head += 1
-                        if g_head == g_end:
-                            g_head = capacity
-                        if old >= 0:
-                            st[ix(old)] = _NONE
-                            g_len -= 1
-                            break
-                ring[ix(g_tail)] = to_g
-                st[ix(to_g)] = g_tail * 4 + _IN_G
-                g_len += 1
-                g_tail += 1
-                if g_tail == g_end:
-                    g_tail = capacity
-                if g_tail == g_head:
-                    # Full of live entries and tombstones: pack the live ones from g_head on.
-                    # g_len <= ghost_cap here, so at least ghost_cap slots come free.
-                    rd = wr = g_head
-                    for _ in range(g_end - capacity):
-                        x = ring[ix(rd)]
-                        if x >= 0:
-                            if wr != rd:
-                                ring[ix(wr)] = x
-                                st[ix(x)] = wr * 4 + _IN_G
-                            wr += 1
-                            if wr == g_end:
-                                wr = capacity
-                        rd += 1
-                        if rd == g_end:
-                            rd = capacity
-                    g_tail = wr
-    # Every access is a hit, a ghost hit or an admission to S, so hits need no count of their own.
-    s_admissions = s_laps * small_cap + s_pos
-    misses = ghost_hits + s_admissions
-    hits = (offsets[ix(n_requests)] - offsets[0]) - misses
-    # S and M never shrink: each fills to its size, then every admission evicts one entry
-    final = min(s_admissions, small_cap) + min(promotions + ghost_hits, main_cap)
-    cnt[0] += hits
-    # evictions: every miss puts one block into S ∪ M, every eviction takes one out
-    cnt[1] += misses - final
-    cnt[2] += ghost_hits
-    cnt[3] += promotions
-    return hit_tokens, final
+                    st[ix(to_m)] = to_m_freq * 4 + _IN_M
+                if to_g >= 0:  # insert_to_G (a victim of S or M, so never already in G)
+                    if g_len >= ghost_cap:
+                        # drop G's oldest live entry (there is one: g_len >= 1), tombstones with it
+                        while True:
+                            old = ring[ix(g_head)]
+                            g_head += 1
+                            if g_head == g_end:
+                                g_head = capacity
+                            if old >= 0:
+                                st[ix(old)] = _NONE
+                                g_len -= 1
+                                break
+                    ring[ix(g_tail)] = to_g
+                    st[ix(to_g)] = g_tail * 4 + _IN_G
+                    g_len += 1
+                    g_tail += 1
+                    if g_tail == g_end:
+                        g_tail = capacity
+                    if g_tail == g_head:
+                        # Full of live entries and tombstones: pack the live ones from g_head on.
+                        # g_len <= ghost_cap here, so at least ghost_cap slots come free.
+                        rd = wr = g_head
+                        for _ in range(g_end - capacity):
+                            x = ring[ix(rd)]
+                            if x >= 0:
+                                if wr != rd:
+                                    ring[ix(wr)] = x
+                                    st[ix(x)] = wr * 4 + _IN_G
+                                wr += 1
+                                if wr == g_end:
+                                    wr = capacity
+                            rd += 1
+                            if rd == g_end:
+                                rd = capacity
+                        g_tail = wr
+            # The request's temporary blocks still resident leave S (the rule's; none under
+            # the specification's): they are its last admissions, so S's last entries.
+            taken = 0
+            for j in range(release_from(rule, block_ids, start, end), end):
+                h = block_ids[ix(j)]
+                if st[ix(h)] & 2:
+                    st[ix(h)] = _NONE
+                    taken += 1
+            for _ in range(taken):  # S's tail slots become empty: S's next admissions fill them
+                if s_pos == 0:
+                    s_pos = small_cap
+                    s_laps -= 1
+                s_pos -= 1
+                ring[ix(s_pos)] = -1
+            removed += taken
+        # Every access is a hit, a ghost hit or an admission to S, so hits need no count of
+        # their own.
+        s_admissions = s_laps * small_cap + s_pos + removed
+        misses = ghost_hits + s_admissions
+        hits = (offsets[ix(n_requests)] - offsets[0]) - misses
+        # M never shrinks: it fills to its size, then every admission evicts one entry. Nor
+        # does S without removals; with them its empty slots are counted.
+        s_size = min(s_admissions, small_cap)
+        if removed:
+            s_size = 0
+            for x in range(small_cap):
+                if ring[ix(x)] >= 0:
+                    s_size += 1
+        final = s_size + min(promotions + ghost_hits, main_cap)
+        cnt[0] += hits
+        # evictions: every miss puts one block into S ∪ M, every eviction or removal takes one
+        # out
+        cnt[1] += misses - final - removed
+        cnt[2] += ghost_hits
+        cnt[3] += promotions
+        return final
+
+    return s3fifo_kernel
 
 
 def _kernel_args(p: S3FIFOParams) -> tuple[int, int, int, int]:
@@ -612,7 +656,7 @@ SPEC = register(
     S3FIFOParams,
     S3FIFOReference,
     STEPS,
-    fast_kernel=s3fifo_kernel,
+    fast_kernel=s3fifo_fused,
     kernel_args=_kernel_args,
     kernel_state=_kernel_state,
     state_bytes=_state_bytes,

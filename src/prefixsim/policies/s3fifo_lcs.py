@@ -58,12 +58,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 
 from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
+from ..engine.rules import hit_tokens, release_from, scan_limit
 from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
 from .base import (
@@ -363,151 +364,198 @@ STEPS = Steps(
 # it per request (tests/test_engine.py); it also replays a small queue of one slot, which the
 # steps refuse. Per block: ``where`` (0 nowhere, 1 G, 2 S, 3 M) and ``freq`` (int64: it counts
 # hits without bound). S and M are rings of ``capacity + 1`` slots (each holds at most
-# ``capacity`` blocks: S ∪ M never exceeds it) with a head and a length: only heads leave them.
+# ``capacity`` blocks: S ∪ M never exceeds it) with a head and a length: only heads leave them,
+# but for a rule's temporary blocks (an engine's partial block, ``release_from``), removed when
+# their request ends: the entries behind one move up a slot. A temporary block is admitted
+# last and never hit: in S it is at S's tail (only admissions join S); it is in M only when it
+# was admitted before the cache's first eviction (S full), and then only the evictions that the
+# request's later temporary blocks make can have put blocks behind it. The arrays come from
+# :func:`_kernel_state` (the kernel allocates nothing).
 # G loses entries from the middle (ghost hits), so it is a doubly linked list threaded through
 # ``gprev`` / ``gnext``. One function with scalar locals, no array-taking helpers (see
 # s3fifo.py). Every subscript is ``a[ix(i)]``: block ids, ring slots and list links are tested
 # non-negative before use.
 
 
-@njit(cache=True, nogil=True)
-def s3fifo_lcs_kernel(
-    block_ids, offsets, input_lengths, n_blocks, block_size, cnt,
-    capacity, small_cap, main_cap, ghost_cap, threshold,
-):  # fmt: skip
-    where = np.zeros(n_blocks, np.int8)
-    freq = np.zeros(n_blocks, np.int64)
-    gprev = np.empty(n_blocks, np.int32)
-    gnext = np.empty(n_blocks, np.int32)
-    slots = capacity + 1
-    ring_s = np.empty(slots, np.int32)
-    ring_m = np.empty(slots, np.int32)
-    s_head = s_len = m_head = m_len = 0
-    g_head = g_tail = -1
-    g_len = 0
-    has_evicted = False
-    hits = evictions = ghost_hits = promotions = 0
-    n_requests = input_lengths.shape[0]
-    hit_tokens = np.empty(n_requests, np.int64)
-    for r in range(n_requests):
-        start = offsets[ix(r)]
-        end = offsets[ix(r + 1)]
-        k = start
-        while k < end and where[ix(block_ids[ix(k)])] >= 2:
-            k += 1
-        hit_tokens[ix(r)] = min((k - start) * block_size, input_lengths[ix(r)])
-        for i in range(start, end):
-            h = block_ids[ix(i)]
-            w = where[ix(h)]
-            if w >= 2:  # in S or M: a hit
-                freq[ix(h)] += 1
-                hits += 1
-                continue
-            hit_on_ghost = w == 1
-            if hit_on_ghost:  # out of G
-                ghost_hits += 1
-                p = gprev[ix(h)]
-                q = gnext[ix(h)]
-                if p >= 0:
-                    gnext[ix(p)] = q
-                else:
-                    g_head = q
-                if q >= 0:
-                    gprev[ix(q)] = p
-                else:
-                    g_tail = p
-                g_len -= 1
-                where[ix(h)] = 0
-            if small_cap == 1 and not hit_on_ghost:
-                continue  # never inserted (S3FIFO_insert); the cache stays empty
-            while s_len + m_len + 1 > capacity:
-                has_evicted = True
-                if m_len > main_cap or s_len == 0:
-                    while m_len > 0:  # evict_main
-                        v = ring_m[ix(m_head)]
-                        m_head += 1
-                        if m_head == slots:
-                            m_head = 0
-                        m_len -= 1
-                        f = freq[ix(v)]
-                        if f >= 1:
-                            freq[ix(v)] = min(f, 3) - 1
-                            t = m_head + m_len
-                            if t >= slots:
-                                t -= slots
-                            ring_m[ix(t)] = v
-                            m_len += 1
-                            continue
-                        where[ix(v)] = 0
-                        evictions += 1
-                        break
-                else:
-                    while s_len > 0:  # evict_small
-                        v = ring_s[ix(s_head)]
-                        s_head += 1
-                        if s_head == slots:
-                            s_head = 0
-                        s_len -= 1
-                        if freq[ix(v)] >= threshold:
-                            promotions += 1
-                            freq[ix(v)] = 0
-                            where[ix(v)] = 3
-                            t = m_head + m_len
-                            if t >= slots:
-                                t -= slots
-                            ring_m[ix(t)] = v
-                            m_len += 1
-                            continue
-                        evictions += 1
-                        where[ix(v)] = 0
-                        if ghost_cap > 0:
-                            if g_len >= ghost_cap:  # drop G's head
-                                old = g_head
-                                g_head = gnext[ix(old)]
-                                if g_head >= 0:
-                                    gprev[ix(g_head)] = -1
+def s3fifo_lcs_fused(stamp: str) -> Any:
+    """The fast kernel's template (:func:`prefixsim.engine.single.fast_kernel`), compiled once
+    per hit rule with its functions (``scan_limit``, ``hit_tokens``, ``release_from``) bound
+    and inlined."""
+
+    def s3fifo_lcs_kernel(
+        block_ids, offsets, input_lengths, rule, cnt, out,
+        capacity, small_cap, main_cap, ghost_cap, threshold,
+        where, freq, gprev, gnext, ring_s, ring_m,
+    ):  # fmt: skip
+        stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
+        slots = ring_s.shape[0]  # capacity + 1
+        s_head = s_len = m_head = m_len = 0
+        g_head = g_tail = -1
+        g_len = 0
+        has_evicted = False
+        hits = evictions = ghost_hits = promotions = 0
+        n_requests = input_lengths.shape[0]
+        for r in range(n_requests):
+            start = offsets[ix(r)]
+            end = offsets[ix(r + 1)]
+            length = input_lengths[ix(r)]
+            stop = start + scan_limit(rule, end - start, length)
+            k = start
+            while k < stop and where[ix(block_ids[ix(k)])] >= 2:
+                k += 1
+            out[ix(r)] = hit_tokens(rule, k - start, length)
+            for i in range(start, end):
+                h = block_ids[ix(i)]
+                w = where[ix(h)]
+                if w >= 2:  # in S or M: a hit
+                    freq[ix(h)] += 1
+                    hits += 1
+                    continue
+                hit_on_ghost = w == 1
+                if hit_on_ghost:  # out of G
+                    ghost_hits += 1
+                    p = gprev[ix(h)]
+                    q = gnext[ix(h)]
+                    if p >= 0:
+                        gnext[ix(p)] = q
+                    else:
+                        g_head = q
+                    if q >= 0:
+                        gprev[ix(q)] = p
+                    else:
+                        g_tail = p
+                    g_len -= 1
+                    where[ix(h)] = 0
+                if small_cap == 1 and not hit_on_ghost:
+                    continue  # never inserted (S3FIFO_insert); the cache stays empty
+                while s_len + m_len + 1 > capacity:
+                    has_evicted = True
+                    if m_len > main_cap or s_len == 0:
+                        while m_len > 0:  # evict_main
+                            v = ring_m[ix(m_head)]
+                            m_head += 1
+                            if m_head == slots:
+                                m_head = 0
+                            m_len -= 1
+                            f = freq[ix(v)]
+                            if f >= 1:
+                                freq[ix(v)] = min(f, 3) - 1
+                                t = m_head + m_len
+                                if t >= slots:
+                                    t -= slots
+                                ring_m[ix(t)] = v
+                                m_len += 1
+                                continue
+                            where[ix(v)] = 0
+                            evictions += 1
+                            break
+                    else:
+                        while s_len > 0:  # evict_small
+                            v = ring_s[ix(s_head)]
+                            s_head += 1
+                            if s_head == slots:
+                                s_head = 0
+                            s_len -= 1
+                            if freq[ix(v)] >= threshold:
+                                promotions += 1
+                                freq[ix(v)] = 0
+                                where[ix(v)] = 3
+                                t = m_head + m_len
+                                if t >= slots:
+                                    t -= slots
+                                ring_m[ix(t)] = v
+                                m_len += 1
+                                continue
+                            evictions += 1
+                            where[ix(v)] = 0
+                            if ghost_cap > 0:
+                                if g_len >= ghost_cap:  # drop G's head
+                                    old = g_head
+                                    g_head = gnext[ix(old)]
+                                    if g_head >= 0:
+                                        gprev[ix(g_head)] = -1
+                                    else:
+                                        g_tail = -1
+                                    where[ix(old)] = 0
+                                    g_len -= 1
+                                gprev[ix(v)] = g_tail
+                                gnext[ix(v)] = -1
+                                if g_tail >= 0:
+                                    gnext[ix(g_tail)] = v
                                 else:
-                                    g_tail = -1
-                                where[ix(old)] = 0
-                                g_len -= 1
-                            gprev[ix(v)] = g_tail
-                            gnext[ix(v)] = -1
-                            if g_tail >= 0:
-                                gnext[ix(g_tail)] = v
-                            else:
-                                g_head = v
-                            g_tail = v
-                            g_len += 1
-                            where[ix(v)] = 1
-                        break
-            freq[ix(h)] = 0
-            if hit_on_ghost or (not has_evicted and s_len >= small_cap):
-                t = m_head + m_len
-                if t >= slots:
-                    t -= slots
-                ring_m[ix(t)] = h
-                m_len += 1
-                where[ix(h)] = 3
-            else:
-                t = s_head + s_len
-                if t >= slots:
-                    t -= slots
-                ring_s[ix(t)] = h
-                s_len += 1
-                where[ix(h)] = 2
-    cnt[0] += hits
-    cnt[1] += evictions
-    cnt[2] += ghost_hits
-    cnt[3] += promotions
-    return hit_tokens, s_len + m_len
+                                    g_head = v
+                                g_tail = v
+                                g_len += 1
+                                where[ix(v)] = 1
+                            break
+                freq[ix(h)] = 0
+                if hit_on_ghost or (not has_evicted and s_len >= small_cap):
+                    t = m_head + m_len
+                    if t >= slots:
+                        t -= slots
+                    ring_m[ix(t)] = h
+                    m_len += 1
+                    where[ix(h)] = 3
+                else:
+                    t = s_head + s_len
+                    if t >= slots:
+                        t -= slots
+                    ring_s[ix(t)] = h
+                    s_len += 1
+                    where[ix(h)] = 2
+            # The request's temporary blocks still resident leave S or M (the rule's; none under
+            # the specification's), the others keep their order: the entries after one move up
+            # a slot (it is its queue's tail, or near it: see above).
+            for j in range(release_from(rule, block_ids, start, end), end):
+                h = block_ids[ix(j)]
+                w = where[ix(h)]
+                if w < 2:
+                    continue
+                where[ix(h)] = 0
+                in_s = w == 2
+                ring = ring_s if in_s else ring_m
+                pos = (s_head + s_len - 1) if in_s else (m_head + m_len - 1)
+                if pos >= slots:
+                    pos -= slots
+                carry = ring[ix(pos)]
+                while carry != h:
+                    pos = pos - 1 if pos > 0 else slots - 1
+                    x = ring[ix(pos)]
+                    ring[ix(pos)] = carry
+                    carry = x
+                if in_s:
+                    s_len -= 1
+                else:
+                    m_len -= 1
+        cnt[0] += hits
+        cnt[1] += evictions
+        cnt[2] += ghost_hits
+        cnt[3] += promotions
+        return s_len + m_len
+
+    return s3fifo_lcs_kernel
 
 
 def _kernel_args(p: S3FIFOLCSParams) -> tuple[int, int, int, int, int]:
     return (p.capacity, p.small_cap, p.main_cap, p.ghost_cap, p.move_to_main_threshold)
 
 
+def _kernel_state(p: S3FIFOLCSParams, n_blocks: int) -> tuple[np.ndarray, ...]:
+    """``where`` (nowhere) and ``freq`` per block, zeroed; the ghost's links per block and the
+    rings of S and M (``capacity + 1`` slots each), written before they are read."""
+    slots = p.capacity + 1
+    return (
+        zeroed_state(n_blocks, np.int8),
+        zeroed_state(n_blocks, np.int64),
+        np.empty(n_blocks, np.int32),
+        np.empty(n_blocks, np.int32),
+        np.empty(slots, np.int32),
+        np.empty(slots, np.int32),
+    )
+
+
 def _state_bytes(p: S3FIFOLCSParams, n_blocks: int, n_accesses: int) -> int:
-    """The larger of what :func:`s3fifo_lcs_kernel` allocates (``where``, int8, ``freq``,
+    """The larger of the fast kernel's :func:`_kernel_state` (``where``, int8, ``freq``,
     int64, the ghost's two int32 links per block, and two int32 rings of ``capacity + 1``
     slots) and the steps' :func:`s3fifo_lcs_state` (``link``, ``where`` and ``freq`` per id)."""
     fast = (1 + 8 + 4 + 4) * n_blocks + 2 * 4 * (p.capacity + 1)
@@ -518,7 +566,8 @@ SPEC = register(
     S3FIFOLCSParams,
     S3FIFOLCSReference,
     STEPS,
-    fast_kernel=s3fifo_lcs_kernel,
+    fast_kernel=s3fifo_lcs_fused,
     kernel_args=_kernel_args,
+    kernel_state=_kernel_state,
     state_bytes=_state_bytes,
 )

@@ -188,7 +188,7 @@ def _compiled(
     else:
         layout = engine_layout(trace, semantics, block_size)  # check_hierarchy ran first
         ids, offsets, n_ids = layout.ids, layout.offsets, layout.n_ids
-        rule = EngineRule(block_size, layout.temp_base, semantics.free_front)
+        rule = EngineRule.of(block_size, layout.temp_base, semantics.free_front)
         temporary = layout.n_temp
     hits, tier_hits, tcnt, final = tiers_driver.run(
         steps, mode == "exclusive", ids, offsets, trace.input_lengths, n_ids, rule
