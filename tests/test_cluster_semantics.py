@@ -21,7 +21,7 @@ from prefixsim.cost import prefill_cost
 from prefixsim.hardware import HardwareProfile
 from prefixsim.models import ModelProfile
 from prefixsim.policies import get_policy, policy_names
-from prefixsim.semantics import replay_arrays
+from prefixsim.semantics import reference_only, replay_arrays
 from strategies import policy_params
 from test_cluster import REAL_LOAD, TOY_LOAD, assert_same, timed
 
@@ -72,6 +72,28 @@ def test_least_loaded_queues_the_engines_hits() -> None:
         replay_cluster_params(one, clock, 4, 2, rp, TOY_LOAD, semantics="sglang")
 
 
+@pytest.mark.parametrize("router", DYNAMIC)
+def test_what_the_single_cache_replays_on_its_reference_the_routers_do(router: str) -> None:
+    # RADIX caching output blocks: SGLang allocates a decode step's page at the step, which
+    # needs the output lengths the compiled drivers do not carry; the single cache replays
+    # it on the reference, and so do the load-aware routers (their driver gave R2 no hit
+    # here, a Hypothesis find). Blocks of 1, capacity 4, 3 usable after vLLM's null block:
+    # R0 caches a; R1 (1, [b]) decodes 2 tokens, so b and one output page (KV of 1 + 2 - 1
+    # tokens): the cache is full, a still resident; R2 (2, [a, c]) hits a (the cap
+    # (2 - 1) // 1 = 1); R3..R5 (1, [a]) hit nothing (the cap (1 - 1) // 1 = 0).
+    requests = [(1, ["a"]), (1, ["b"]), (2, ["a", "c"])] + [(1, ["a"])] * 3
+    trace = timed(make_trace(requests), [0] * 6, [0, 2, 2, 0, 0, 0])
+    sem = Semantics("vllm", cache_output_blocks=True)
+    params = make_params("RADIX", 4)
+    got = replay_cluster_params(trace, params, 1, 1, make_router(router), TOY_LOAD, semantics=sem)
+    assert got.engine == "reference"
+    hits, final, counters, ran = replay_arrays(trace, params, 1, sem, "kernel")
+    assert ran == "reference"
+    np.testing.assert_array_equal(got.hit_tokens, hits)
+    assert (int(got.final_cache_blocks[0]), got.counters) == (final, counters)
+    assert got.hit_tokens.tolist() == [0, 0, 1, 0, 0, 0]
+
+
 @st.composite
 def engine_cluster_points(draw: st.DrawFn) -> tuple[Any, int, Any, Semantics]:
     sem = draw(st.sampled_from(ENGINE_MODES))
@@ -112,7 +134,8 @@ def test_compiled_is_the_reference_under_the_engines(  # type: ignore[no-untyped
         assert str(compiled.value) == str(refusal)
         return
     fast = replay_cluster_params(trace, params, bs, instances, rp, load, semantics=sem)
-    assert fast.engine == "kernel" and fast.semantics == sem
+    assert fast.engine == ("reference" if reference_only(params, sem) else "kernel")
+    assert fast.semantics == sem
     assert_same(fast, ref)
     if instances == 1:  # one instance is one engine cache
         hits, final, counters, _ = replay_arrays(trace, params, bs, sem, "kernel")

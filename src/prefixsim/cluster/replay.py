@@ -37,7 +37,7 @@ from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
 from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
-from ..semantics import Semantics, _no_removal, _with_capacity, engine_layout
+from ..semantics import Semantics, _no_removal, _with_capacity, engine_layout, reference_only
 from ..semantics import check_fits as check_engine_fits
 from ..trace import Trace, load_trace
 from . import driver as cluster_driver
@@ -294,8 +294,10 @@ def replay_cluster_params(
     start = time.perf_counter()
     if sem.name != "spec" and spec.assign is not None:
         raw, engine = semantics_cluster(trace, setup, sem, engine)
-    elif engine == "reference":
-        raw = reference_cluster(trace, setup, sem)
+    elif engine == "reference" or (sem.name != "spec" and reference_only(params, sem)):
+        # what the single cache replays on its reference (reference_only) the load-aware
+        # routers do too: their driver carries no output lengths either
+        raw, engine = reference_cluster(trace, setup, sem), "reference"
     elif spec.assign is not None:
         raw = _static_cluster(trace, setup)
     else:
