@@ -289,7 +289,8 @@ def classify(modules: dict[str, Module]) -> dict[tuple[str, str], Unit]:
     changed = True
     while changed:
         changed = False
-        for (path, _name_), unit in list(units.items()):
+        for unit in list(units.values()):
+            path = unit.path
             if unit.name in GENERATORS.get(path, ()):
                 continue  # Python that writes compiled code: what it calls runs in Python
             mod = modules[path]
