@@ -58,6 +58,7 @@ from ..engine.lists import (
     push,
     push_front,
     scalars,
+    take,
     to_tail,
     unlink,
 )
@@ -318,10 +319,9 @@ def lru_leaf_admit(s, q, h, pred):
 
 def lru_leaf_remove(s, q, h):
     e = 8 * q
-    unlink(s.link, s.sc, e, h)
+    take(s.link, s.sc, e, e + _SIZE, h)
     if linked(s.llink, h):
         unlink(s.llink, s.sc, e + _LEAVES, h)
-    s.sc[ix(e + _SIZE)] -= 1
     _release(s, q, h)
 
 

@@ -64,6 +64,7 @@ from ..engine.lists import (
     per_cache,
     pop_head,
     push,
+    take,
     unlink,
 )
 from ..engine.steps import DEMOTED as DEMOTED_ID
@@ -206,8 +207,7 @@ def lru_tail_first_remove(s, q, h):
     e = 5 * q
     if h == s.sc[ix(e + _SEG)]:
         s.sc[ix(e + _SEG)] = after(s.link, h)  # the next placed block, or none
-    unlink(s.link, s.sc, e, h)
-    s.sc[ix(e + _SIZE)] -= 1
+    take(s.link, s.sc, e, e + _SIZE, h)
 
 
 STEPS = Steps(
