@@ -77,6 +77,27 @@ def pop_head(link, ends, e):
 
 
 @njit(inline="always")
+def push_bounded(link, ends, e, size, cap, h):
+    """Append ``h`` (in no list) at the tail of list ``e``, a FIFO of at most ``cap`` ids whose
+    length is ``ends[size]``: when full, its head leaves first and is returned; else it grows
+    (-1 returned)."""
+    head = -1
+    if ends[ix(size)] >= cap:
+        head = pop_head(link, ends, e)
+    else:
+        ends[ix(size)] += 1
+    push(link, ends, e, h)
+    return head
+
+
+@njit(inline="always")
+def take(link, ends, e, size, h):
+    """Take ``h`` out of list ``e`` (it is in it), whose length is ``ends[size]``."""
+    unlink(link, ends, e, h)
+    ends[ix(size)] -= 1
+
+
+@njit(inline="always")
 def to_tail(link, ends, e, h):
     """Move ``h`` (in list ``e``) to its tail."""
     tail = ends[ix(e + 1)]
@@ -123,12 +144,6 @@ def push_front(link, ends, e, h):
 def after(link, h):
     """The id after ``h`` (toward the tail), -1 if ``h`` is the tail."""
     return link[ix(2 * h + 1)] - 2
-
-
-@njit(inline="always")
-def before(link, h):
-    """The id before ``h`` (toward the head), -1 if ``h`` is the head."""
-    return link[ix(2 * h)]
 
 
 def link_array(n_ids: int) -> np.ndarray:

@@ -217,15 +217,6 @@ def _no_end(s, q):
     return None
 
 
-def _no_hit(s, q, h, pred):
-    # Never reached: a request-level policy's drivers call its request step instead.
-    return None
-
-
-def _no_admit(s, q, h, pred):
-    return -1  # as _no_hit
-
-
 def _no_remove(s, q, h):
     # Never reached: a hierarchy that would remove from this policy is refused before it runs
     # (prefixsim.tiers.check_tiers), but a driver compiled for it still names a removal.
@@ -293,15 +284,18 @@ class Steps:
         return self.remove is not None
 
     def functions(self) -> dict[str, Callable[..., Any]]:
-        """The generic names bound to this policy's steps (no-ops for the absent hooks)."""
-        return {
+        """The generic names bound to this policy's steps (no-ops for the absent hooks; a
+        request-level policy's drivers call its ``request`` step, never ``hit`` or ``admit``,
+        which it does not bind)."""
+        names: dict[str, Callable[..., Any]] = {
             "is_resident": self.is_resident,
-            "hit": self.hit or _no_hit,
-            "admit": self.admit or _no_admit,
             "remove": self.remove or _no_remove,
             "begin": self.begin or _no_begin,
             "end": self.end or _no_end,
         }
+        if self.hit is not None and self.admit is not None:
+            names.update(hit=self.hit, admit=self.admit)
+        return names
 
     def source_files(self) -> set[str]:
         """The files the steps are defined in, and ``files``."""

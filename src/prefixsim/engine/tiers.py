@@ -55,37 +55,15 @@ from .steps import DEMOTED, NO_PRED, Space, Steps, ix
 HITS, ADMISSIONS, DEMOTIONS_IN, EVICTIONS, PROMOTIONS_OUT = range(5)
 
 
-# The hierarchy's generic names, bound per hierarchy to the functions of _dispatch.
-
-
-def holder(states: Any, h: int) -> int:
-    """The fastest tier in which ``h`` is resident, or the number of tiers."""
+def _unbound(*args: Any) -> Any:
     raise NotImplementedError("a step runs only inside a compiled driver")
 
 
-def tier_hit(states: Any, t: int, h: int, pred: int) -> None:
-    raise NotImplementedError("a step runs only inside a compiled driver")
-
-
-def tier_admit(states: Any, t: int, h: int, pred: int) -> int:
-    raise NotImplementedError("a step runs only inside a compiled driver")
-
-
-def tier_remove(states: Any, t: int, h: int) -> None:
-    raise NotImplementedError("a step runs only inside a compiled driver")
-
-
-def top_remove(states: Any, h: int) -> None:
-    """Take ``h`` out of tier 0 (a released temporary block)."""
-    raise NotImplementedError("a step runs only inside a compiled driver")
-
-
-def every_begin(states: Any, ids: Any, start: int, end_: int) -> None:
-    raise NotImplementedError("a step runs only inside a compiled driver")
-
-
-def every_end(states: Any) -> None:
-    raise NotImplementedError("a step runs only inside a compiled driver")
+# The hierarchy's generic names, bound per hierarchy to the functions of _dispatch (their
+# arguments are there): ``holder(states, h)`` is the fastest tier in which ``h`` is resident, or
+# the number of tiers; ``top_remove(states, h)`` takes ``h`` out of tier 0 (a released temporary
+# block); the others call tier ``t``'s step, or every tier's.
+holder = tier_hit = tier_admit = tier_remove = top_remove = every_begin = every_end = _unbound
 
 
 def _dispatch(tiers: Sequence[Steps]) -> dict[str, Any]:

@@ -21,15 +21,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import (
-    linked,
-    links,
-    per_cache,
-    pop_head,
-    push,
-    to_tail,
-    unlink,
-)
+from ..engine.lists import linked, links, per_cache, push_bounded, take, to_tail
 from ..engine.rules import hit_tokens, release_from, scan_limit
 from ..engine.steps import Steps, counters, param
 from .base import PolicyParams, ReferencePolicy, ix, register, zeroed_state
@@ -91,19 +83,11 @@ def lru_hit(s, q, h, pred):
 
 
 def lru_admit(s, q, h, pred):
-    e = 3 * q
-    victim = -1
-    if s.sc[ix(e + 2)] >= s.capacity:
-        victim = pop_head(s.link, s.sc, e)  # the least recently used
-    else:
-        s.sc[ix(e + 2)] += 1
-    push(s.link, s.sc, e, h)
-    return victim
+    return push_bounded(s.link, s.sc, 3 * q, 3 * q + 2, s.capacity, h)  # evicts the LRU end
 
 
 def lru_remove(s, q, h):
-    unlink(s.link, s.sc, 3 * q, h)
-    s.sc[ix(3 * q + 2)] -= 1
+    take(s.link, s.sc, 3 * q, 3 * q + 2, h)
 
 
 STEPS = Steps(

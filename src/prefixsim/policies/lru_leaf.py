@@ -58,6 +58,7 @@ from ..engine.lists import (
     push,
     push_front,
     scalars,
+    take,
     to_tail,
     unlink,
 )
@@ -252,14 +253,33 @@ def _leaf_again(s, q, b):
     s.sc[ix(e + _HEAP_LEN)] = n + 1
 
 
-@njit
-def _release(s, q, b):
-    """``b`` left the cache: its parent loses a resident child."""
+@njit(inline="always")  # S3FIFO_LEAF's steps call it, as adopt
+def release(s, b):
+    """``b`` left the cache: its parent loses a resident child (:meth:`ChainTree.release`).
+    Returns the parent, -1 if none."""
     vp = s.parent[ix(b)]
     if vp >= 0:
         s.children[ix(vp)] -= 1
-        if s.children[ix(vp)] == 0 and linked(s.link, vp):
-            _leaf_again(s, q, vp)
+    return vp
+
+
+@njit(inline="always")
+def adopt(s, h, pred):
+    """``h`` was admitted: the request's previous block adopts it (:meth:`ChainTree.adopt`; a
+    demoted block has none). Returns the parent, -1 if none."""
+    parent = pred if pred >= 0 else -1
+    s.parent[ix(h)] = parent
+    if parent >= 0:
+        s.children[ix(parent)] += 1
+    return parent
+
+
+@njit
+def _release(s, q, b):
+    """``b`` left the cache: its parent, resident and childless now, is a leaf again."""
+    vp = release(s, b)
+    if vp >= 0 and s.children[ix(vp)] == 0 and linked(s.link, vp):
+        _leaf_again(s, q, vp)
 
 
 def lru_leaf_hit(s, q, h, pred):
@@ -305,12 +325,9 @@ def lru_leaf_admit(s, q, h, pred):
     # admit h at the MRU end, under the request's previous block (a demoted block has none)
     _tick(s, q, h)
     push(s.link, s.sc, e, h)
-    parent = pred if pred >= 0 else -1
-    s.parent[ix(h)] = parent
-    if parent >= 0:
-        s.children[ix(parent)] += 1
-        if linked(s.llink, parent):  # the parent was a leaf: it leaves the leaf list
-            unlink(s.llink, s.sc, e + _LEAVES, parent)
+    parent = adopt(s, h, pred)
+    if parent >= 0 and linked(s.llink, parent):  # the parent was a leaf: it leaves the list
+        unlink(s.llink, s.sc, e + _LEAVES, parent)
     if s.children[ix(h)] == 0:
         push(s.llink, s.sc, e + _LEAVES, h)
     return victim
@@ -318,10 +335,9 @@ def lru_leaf_admit(s, q, h, pred):
 
 def lru_leaf_remove(s, q, h):
     e = 8 * q
-    unlink(s.link, s.sc, e, h)
+    take(s.link, s.sc, e, e + _SIZE, h)
     if linked(s.llink, h):
         unlink(s.llink, s.sc, e + _LEAVES, h)
-    s.sc[ix(e + _SIZE)] -= 1
     _release(s, q, h)
 
 

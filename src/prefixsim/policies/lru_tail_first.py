@@ -64,6 +64,7 @@ from ..engine.lists import (
     per_cache,
     pop_head,
     push,
+    take,
     unlink,
 )
 from ..engine.steps import DEMOTED as DEMOTED_ID
@@ -160,16 +161,21 @@ def lru_tail_first_begin(s, q, ids, start, end):
 
 
 @njit(inline="always")
+def _before_placed(s, q, h):
+    """Link ``h`` (in no list) just before the request's placed blocks (the tail if none)."""
+    seg = s.sc[ix(5 * q + _SEG)]
+    if seg < 0:
+        push(s.link, s.sc, 5 * q, h)
+    else:
+        insert_before(s.link, s.sc, 5 * q, h, seg)
+
+
+@njit(inline="always")
 def _place(s, q, h):
     """``h`` (in no list) becomes the least recent of the request's placed blocks."""
-    e = 5 * q
-    s.stamp[ix(h)] = s.sc[ix(e + _REQ)]
-    seg = s.sc[ix(e + _SEG)]
-    if seg < 0:
-        push(s.link, s.sc, e, h)
-    else:
-        insert_before(s.link, s.sc, e, h, seg)
-    s.sc[ix(e + _SEG)] = h
+    s.stamp[ix(h)] = s.sc[ix(5 * q + _REQ)]
+    _before_placed(s, q, h)
+    s.sc[ix(5 * q + _SEG)] = h
 
 
 def lru_tail_first_hit(s, q, h, pred):
@@ -191,12 +197,8 @@ def lru_tail_first_admit(s, q, h, pred):
     else:
         s.sc[ix(e + _SIZE)] += 1
     if pred == DEMOTED_ID:  # not the request's block: the most recent old one
-        seg = s.sc[ix(e + _SEG)]
         s.stamp[ix(h)] = 0
-        if seg < 0:
-            push(s.link, s.sc, e, h)
-        else:
-            insert_before(s.link, s.sc, e, h, seg)
+        _before_placed(s, q, h)
     else:
         _place(s, q, h)
     return victim
@@ -206,8 +208,7 @@ def lru_tail_first_remove(s, q, h):
     e = 5 * q
     if h == s.sc[ix(e + _SEG)]:
         s.sc[ix(e + _SEG)] = after(s.link, h)  # the next placed block, or none
-    unlink(s.link, s.sc, e, h)
-    s.sc[ix(e + _SIZE)] -= 1
+    take(s.link, s.sc, e, e + _SIZE, h)
 
 
 STEPS = Steps(

@@ -45,7 +45,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from ..engine.lists import link_bytes, links, per_cache, pop_head, push, unlink
+from ..engine.lists import link_bytes, links, per_cache, pop_head, push, push_bounded, take
 from ..engine.rules import hit_tokens, release_from, scan_limit
 from ..engine.steps import Space, Steps, counters, made, param
 from ..errors import ParameterError
@@ -274,21 +274,14 @@ def s3fifo_hit(s, q, h, pred):
 def from_ghost(s, q, h):
     """A ghost hit: ``h`` leaves G (for M)."""
     s.cnt[ix(q), 2] += 1
-    unlink(s.link, s.sc, _K * q + _G, h)
-    s.sc[ix(_K * q + _NG)] -= 1
+    take(s.link, s.sc, _K * q + _G, _K * q + _NG, h)
 
 
 @njit(inline="always")
 def into_small(s, q, h):
     """admit_to_S(h): S's head leaves first if S is full; returns it (-1 if none). ``h`` joins
     S's tail with freq 0 at once: it touches none of the blocks the head's move does."""
-    e = _K * q
-    v = -1
-    if s.sc[ix(e + _NS)] >= s.small_cap:
-        v = pop_head(s.link, s.sc, e + _S)
-    else:
-        s.sc[ix(e + _NS)] += 1
-    push(s.link, s.sc, e + _S, h)
+    v = push_bounded(s.link, s.sc, _K * q + _S, _K * q + _NS, s.small_cap, h)
     s.st[ix(h)] = _IN_S
     return v
 
@@ -319,12 +312,9 @@ def into_main(s, q, h, freq):
 @njit(inline="always")
 def into_ghost(s, q, v):
     """insert_to_G(v), for a victim of S or M (so never already in G); ghost_cap = main_cap."""
-    e = _K * q
-    if s.sc[ix(e + _NG)] >= s.main_cap:  # G drops its oldest
-        s.st[ix(pop_head(s.link, s.sc, e + _G))] = _NONE
-    else:
-        s.sc[ix(e + _NG)] += 1
-    push(s.link, s.sc, e + _G, v)
+    oldest = push_bounded(s.link, s.sc, _K * q + _G, _K * q + _NG, s.main_cap, v)
+    if oldest >= 0:  # G dropped its oldest
+        s.st[ix(oldest)] = _NONE
     s.st[ix(v)] = _IN_G
 
 
@@ -367,11 +357,9 @@ def s3fifo_remove(s, q, h):
     # Out of S or M without a ghost entry: the block moved to a faster tier.
     e = _K * q
     if s.st[ix(h)] & 3 == _IN_S:
-        unlink(s.link, s.sc, e + _S, h)
-        s.sc[ix(e + _NS)] -= 1
+        take(s.link, s.sc, e + _S, e + _NS, h)
     else:
-        unlink(s.link, s.sc, e + _M, h)
-        s.sc[ix(e + _NM)] -= 1
+        take(s.link, s.sc, e + _M, e + _NM, h)
     s.st[ix(h)] = _NONE
 
 

@@ -63,7 +63,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, to_tail, unlink
+from ..engine.lists import link_array, link_bytes, pop_head, push, scalars, take, to_tail
 from ..engine.rules import hit_tokens, release_from, scan_limit
 from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
@@ -272,6 +272,13 @@ def _append(s, q, off, code, h):
 
 
 @njit(inline="always")
+def _take(s, q, off, h):
+    """``h`` out of S, M or G (``off``), in no list now."""
+    take(s.link, s.sc, _K * q + off, _K * q + _NS + off // 2, h)
+    s.where[ix(h)] = _NONE
+
+
+@njit(inline="always")
 def _pop(s, q, off):
     """The head of non-empty S, M or G (``off``), out of its list (``where`` unchanged)."""
     s.sc[ix(_K * q + _NS + off // 2)] -= 1
@@ -320,9 +327,7 @@ def s3fifo_lcs_admit(s, q, h, pred):
     hit_on_ghost = s.where[ix(h)] == _IN_G
     if hit_on_ghost:  # out of G
         s.cnt[ix(q), 2] += 1
-        unlink(s.link, s.sc, e + _G, h)
-        s.sc[ix(e + _NG)] -= 1
-        s.where[ix(h)] = _NONE
+        _take(s, q, _G, h)
     victim = -1
     while s.sc[ix(e + _NS)] + s.sc[ix(e + _NM)] + 1 > s.capacity:
         s.sc[ix(e + _EVICTED)] = 1
@@ -341,10 +346,7 @@ def s3fifo_lcs_admit(s, q, h, pred):
 
 
 def s3fifo_lcs_remove(s, q, h):
-    off = _S if s.where[ix(h)] == _IN_S else _M
-    unlink(s.link, s.sc, _K * q + off, h)
-    s.sc[ix(_K * q + _NS + off // 2)] -= 1
-    s.where[ix(h)] = _NONE
+    _take(s, q, _S if s.where[ix(h)] == _IN_S else _M, h)
 
 
 STEPS = Steps(

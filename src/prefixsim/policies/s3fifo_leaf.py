@@ -61,12 +61,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from numba import njit
 
 from ..engine.lists import link_bytes, pop_head
 from ..engine.steps import Steps, counters, extend_state, per_id
 from .base import ix, register
-from .lru_leaf import ChainTree
+from .lru_leaf import ChainTree, adopt, release
 from .s3fifo import (
     _K,
     _M,
@@ -158,18 +157,10 @@ S3FIFOLeafState = extend_state(
 )
 
 
-@njit(inline="always")
-def _release(s, v):
-    """``v`` left S ∪ M: its parent loses a resident child."""
-    vp = s.parent[ix(v)]
-    if vp >= 0:
-        s.children[ix(vp)] -= 1
-
-
 def s3fifo_leaf_admit(s, q, h, pred):
     to_m, to_m_freq, victim = first_moves(s, q, h)  # as S3FIFO's, and a cold head of S
     if victim >= 0:
-        _release(s, victim)  # leaves S ∪ M
+        release(s, victim)  # leaves S ∪ M
     if to_m >= 0:
         if main_is_full(s, q):
             # second chance, skipping freq-0 heads with resident children
@@ -190,22 +181,18 @@ def s3fifo_leaf_admit(s, q, h, pred):
                     s.cnt[ix(q), 5] += 1  # forced: |M| skips in a row
                 pop_head(s.link, s.sc, _K * q + _M)
                 victim = v
-                _release(s, v)
+                release(s, v)
                 break
         into_main(s, q, to_m, to_m_freq)
     if victim >= 0:
         into_ghost(s, q, victim)
-    # h is now resident (in S, or in M after a ghost hit): its predecessor adopts it.
-    parent = pred if pred >= 0 else -1
-    s.parent[ix(h)] = parent
-    if parent >= 0:
-        s.children[ix(parent)] += 1
+    adopt(s, h, pred)  # h is now resident (in S, or in M after a ghost hit)
     return victim
 
 
 def s3fifo_leaf_remove(s, q, h):
     s3fifo_remove(s, q, h)
-    _release(s, h)
+    release(s, h)
 
 
 STEPS = Steps(

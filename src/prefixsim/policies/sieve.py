@@ -42,7 +42,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import after, link_bytes, linked, links, per_cache, push, unlink
+from ..engine.lists import after, link_bytes, linked, links, per_cache, push, take, unlink
 from ..engine.steps import Steps, counters, param, per_id
 from .base import PolicyParams, ReferencePolicy, ix, register
 
@@ -181,8 +181,7 @@ def sieve_remove(s, q, h):
     e = 4 * q
     if s.sc[ix(e + 3)] == h:
         s.sc[ix(e + 3)] = after(s.link, h)  # as after evicting h (line 13)
-    unlink(s.link, s.sc, e, h)
-    s.sc[ix(e + 2)] -= 1
+    take(s.link, s.sc, e, e + 2, h)
 
 
 STEPS = Steps(
