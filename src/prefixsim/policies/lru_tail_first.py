@@ -64,6 +64,7 @@ from ..engine.lists import (
     per_cache,
     pop_head,
     push,
+    room_at_head,
     unlink,
 )
 from ..engine.steps import DEMOTED as DEMOTED_ID
@@ -210,6 +211,13 @@ def lru_tail_first_remove(s, q, h):
     s.sc[ix(e + _SIZE)] -= 1
 
 
+def lru_tail_first_make_room(s, q, ids, start, end, pred):
+    # Each temporary block would be placed (before seg) and removed (seg restored) with no end
+    # step between; a full cache then still holds old blocks (the request's fit), so the head
+    # that leaves is never placed.
+    return room_at_head(s.link, s.sc, 5 * q, s.capacity, end - start)
+
+
 STEPS = Steps(
     LRUTailFirstState,
     is_resident=lru_is_resident,
@@ -217,6 +225,7 @@ STEPS = Steps(
     admit=lru_tail_first_admit,
     remove=lru_tail_first_remove,
     begin=lru_tail_first_begin,
+    make_room=lru_tail_first_make_room,
 )
 
 
