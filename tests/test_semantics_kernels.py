@@ -13,6 +13,7 @@ temporary blocks per request, which push each other through a small S).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 from collections.abc import Sequence
 from typing import Any
@@ -110,6 +111,7 @@ OWN_ROOM = ["LRU", "FIFO", "LRU_TAIL_FIRST"]
 """The policies with a ``make_room`` step of their own."""
 
 
+@functools.cache  # one state class, so one driver compiled, per policy
 def _admit_and_free(steps: Steps) -> Steps:
     """``steps`` with the default ``make_room`` (a state class of its own: its own driver)."""
     state = extend_state(steps.state, f"{steps.state.__name__}AdmitAndFree")
