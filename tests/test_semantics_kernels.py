@@ -12,7 +12,10 @@ temporary blocks per request, which push each other through a small S).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import gc
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +28,8 @@ from engine_traces import mode_point
 from prefixsim import ParameterError, Semantics, make_params, replay
 from prefixsim.engine import single
 from prefixsim.engine.rules import EngineRule
-from prefixsim.policies import get_policy
+from prefixsim.engine.steps import Space, Steps, declared_state, extend_state
+from prefixsim.policies import get_policy, policy_names
 from prefixsim.semantics import (
     _one_slot_small_queue,
     _with_capacity,
@@ -76,7 +80,7 @@ def test_fast_kernels_under_the_engine_rules(point: Any) -> None:
 
 
 @st.composite
-def held_point(draw: st.DrawFn) -> tuple[Any, int, Any, Semantics]:
+def held_point(draw: st.DrawFn, policies: Sequence[str] = HELD) -> tuple[Any, int, Any, Semantics]:
     """Requests of few hashes and longer prompts (up to three temporary blocks each, blocks of
     2), a small cache: temporary blocks that enter S3FIFO_LCS's M before its first eviction
     and get blocks behind them, push each other through S, free the tail of LRU's list, and
@@ -87,7 +91,7 @@ def held_point(draw: st.DrawFn) -> tuple[Any, int, Any, Semantics]:
         requests.append((draw(st.integers(0, 2 * (len(hashes) + 3))), hashes))
     sem = draw(st.sampled_from([Semantics("sglang"), Semantics("vllm")]))
     capacity = 6 + (sem.name == "vllm") + draw(st.integers(0, 3))
-    policy = draw(st.sampled_from(HELD))
+    policy = draw(st.sampled_from(policies))
     kw: dict[str, Any] = {"small_ratio": draw(st.sampled_from([0.25, 0.34, 0.5]))}
     if policy == "S3FIFO_LCS":
         kw["ghost_ratio"] = draw(st.sampled_from([0.0, 0.9]))
@@ -101,6 +105,44 @@ def held_point(draw: st.DrawFn) -> tuple[Any, int, Any, Semantics]:
 @given(point=held_point())
 def test_modes_free_held_blocks(point: Any) -> None:
     check_fast_kernel(point)
+
+
+OWN_ROOM = ["LRU", "FIFO", "LRU_TAIL_FIRST"]
+"""The policies with a ``make_room`` step of their own."""
+
+
+@functools.cache  # one state class, so one driver compiled, per policy
+def _admit_and_free(steps: Steps) -> Steps:
+    """``steps`` with the default ``make_room`` (a state class of its own: its own driver)."""
+    state = extend_state(steps.state, f"{steps.state.__name__}AdmitAndFree")
+    return dataclasses.replace(steps, state=state, make_state=declared_state(state), make_room=None)
+
+
+def test_own_make_room_policies_are_checked() -> None:
+    own = [n for n in policy_names() if getattr(get_policy(n).steps, "make_room", None)]
+    assert sorted(own) == sorted(OWN_ROOM)
+
+
+@settings(max_examples=150, deadline=None)
+@given(point=held_point(OWN_ROOM))
+def test_own_make_room_equals_admit_and_free(point: Any) -> None:
+    """A policy's own ``make_room`` (its temporary blocks' room made without linking them) and
+    the default (admitted, ``end``, removed) give the same hits per request, counters, removals
+    and order (the final residents, and the replay that follows each request)."""
+    trace, bs, params, sem = point
+    layout = engine_layout(trace, sem, bs)
+    usable = _with_capacity(params, sem.usable_capacity(params.capacity))
+    rule = EngineRule.of(bs, layout.temp_base, sem.free_front)
+    runs = []
+    for steps in (get_policy(params.policy).compiled_steps(), None):
+        steps = steps or _admit_and_free(get_policy(params.policy).compiled_steps())
+        s = steps.make_state(usable, Space(layout.n_ids, 1, layout.ids))
+        hits = np.empty(trace.n_requests, np.int64)
+        args = (layout.ids, layout.offsets, trace.input_lengths, rule, s, hits)
+        removed = single.driver(steps, EngineRule)(*args)
+        # the residents, each with its next in the list (the order; 1: the tail)
+        runs.append((hits.tolist(), s.cnt.tolist(), removed, s.link[1::2].tolist()))
+    assert runs[0] == runs[1]
 
 
 def test_a_freed_partial_block_frees_its_slot_in_s() -> None:

@@ -491,6 +491,28 @@ def _layout_fill(
     return longest  # the most blocks a request holds at once
 
 
+@njit(cache=True, nogil=True)
+def _layout_in_place(code, ids, offsets, input_lengths, block_size, next_temp):
+    # Without output blocks a request whose hashes are exactly its blocks (n_prompt + n_temp of
+    # them: the engines' traces) is laid out in its own slot of the trace: its leading hashes,
+    # then its temporary ids over the hashes of its partial block. ``ids`` is a copy of the
+    # trace's; -1: a request that does not fit its slot (the two passes lay that trace out).
+    longest = 0
+    for r in range(input_lengths.shape[0]):
+        start = offsets[ix(r)]
+        end = offsets[ix(r + 1)]
+        n_prompt, _, n_temp, _ = _request_blocks(
+            code, input_lengths[ix(r)], 0, end - start, block_size, False
+        )
+        if n_prompt + n_temp != end - start:
+            return -1, 0
+        for j in range(start + n_prompt, end):
+            ids[ix(j)] = next_temp
+            next_temp += 1
+        longest = max(longest, end - start)
+    return next_temp, longest
+
+
 _MEMO_IDS = 2**26
 """The largest layout :func:`engine_layout` keeps (ids; 256 MiB of int32): beyond it the pass
 is a small part of a replay (whose state then lives in DRAM, not the CPU's caches) and a kept
@@ -511,11 +533,10 @@ def engine_layout(trace: Trace, semantics: Semantics, block_size: int) -> Layout
     over policies and capacities lays a trace out once: the layout depends only on
     ``block_size`` and ``cache_output_blocks`` (both engines lay out alike, and the free order
     is the replay's). Its arrays are read-only: they are shared."""
-    key = (int(block_size), semantics.cache_output_blocks)
-    with _LAYOUTS_LOCK:
-        kept = _LAYOUTS.get(trace, {}).get(key)
+    kept = _kept_layout(trace, semantics, block_size)
     if kept is not None:
         return kept
+    key = (int(block_size), semantics.cache_output_blocks)
     layout = _lay_out(trace, semantics, block_size)
     layout.ids.flags.writeable = False
     layout.offsets.flags.writeable = False
@@ -528,9 +549,24 @@ def engine_layout(trace: Trace, semantics: Semantics, block_size: int) -> Layout
     return layout
 
 
+def _kept_layout(trace: Trace, semantics: Semantics, block_size: int) -> Layout | None:
+    """The layout :func:`engine_layout` keeps for these arguments, or None."""
+    with _LAYOUTS_LOCK:
+        return _LAYOUTS.get(trace, {}).get((int(block_size), semantics.cache_output_blocks))
+
+
 def _lay_out(trace: Trace, semantics: Semantics, block_size: int) -> Layout:
     code = semantics.code
     out = semantics.cache_output_blocks
+    n, n_blocks = len(trace.block_ids), trace.n_blocks
+    if not out and n_blocks + n < 2**31 and trace.offsets[0] == 0:  # one pass and a copy
+        ids = trace.block_ids.astype(np.int32)
+        n_ids, longest = _layout_in_place(
+            code, ids, trace.offsets, trace.input_lengths, block_size, n_blocks
+        )
+        if n_ids >= 0:
+            n_temp = int(n_ids) - n_blocks
+            return Layout(ids, trace.offsets.view(), int(n_ids), n_blocks, 0, n_temp, int(longest))
     sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size, out)
     n_accesses, n_output, n_temp = _layout_sizes(code, *sizes)
     temp_base = trace.n_blocks + n_output
@@ -610,7 +646,9 @@ def check_arrays(
     removal when a request holds a temporary block it must free, and the compiled driver's state
     for the accesses the layout makes (:func:`_layout_sizes`: counted, not laid out)."""
     spec = get_policy(params.policy)
-    check_fits(semantics, trace, params.capacity, block_size)
+    kept = _kept_layout(trace, semantics, block_size)  # its counts: no pass over the trace
+    if kept is None or kept.longest > semantics.usable_capacity(params.capacity):
+        check_fits(semantics, trace, params.capacity, block_size)
     usable = _with_capacity(params, semantics.usable_capacity(params.capacity))
     request_level = hasattr(spec.reference, "serve_request")  # frees its own pages
     compiled = engine == "kernel" and spec.steps is not None
@@ -621,10 +659,13 @@ def check_arrays(
     else:
         removable = spec.steps.removable if compiled else spec.reference.removable  # type: ignore[union-attr]
     if compiled or not removable:
-        sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size)
-        n_accesses, n_output, n_temp = _layout_sizes(
-            semantics.code, *sizes, semantics.cache_output_blocks
-        )
+        if kept is not None:
+            n_accesses, n_output, n_temp = len(kept.ids), kept.n_output, kept.n_temp
+        else:
+            sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size)
+            n_accesses, n_output, n_temp = _layout_sizes(
+                semantics.code, *sizes, semantics.cache_output_blocks
+            )
         if n_temp and not removable:
             # the compiled driver refuses before its replay; the reference at the first
             # request that holds a temporary block (its last one is resident when it ends)

@@ -98,6 +98,21 @@ def take(link, ends, e, size, h):
 
 
 @njit(inline="always")
+def room_at_head(link, ends, e, capacity, n):
+    """A ``make_room`` step (:mod:`prefixsim.engine.steps`) for a list whose size is
+    ``ends[e + 2]`` and whose admission evicts its head from a full cache: the head leaves for
+    each of the ``n`` temporary blocks past the capacity, which take no place in the list (each
+    would be removed with nothing between). A request holds at most ``capacity`` blocks
+    (:func:`prefixsim.semantics.check_fits`), so no head is one of them."""
+    evictions = 0
+    while ends[ix(e + 2)] + n > capacity:
+        pop_head(link, ends, e)
+        ends[ix(e + 2)] -= 1
+        evictions += 1
+    return evictions, n
+
+
+@njit(inline="always")
 def to_tail(link, ends, e, h):
     """Move ``h`` (in list ``e``) to its tail."""
     tail = ends[ix(e + 1)]

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .build import compiled, inline_all, inlined, rebind
-from .steps import NO_PRED, Steps, admit, begin, end, hit, is_resident, ix, remove
+from .steps import NO_PRED, Steps, admit, begin, end, hit, is_resident, ix, make_room, remove
 
 
 class SpecRule(NamedTuple):
@@ -224,14 +224,17 @@ def replay_request(s, q, ids, start, end_, length, rule):
     resident, else ``admit`` (its victim, if any, counted as an eviction), ``pred`` the previous
     id; then ``end``; then ``remove`` for each of the request's temporary blocks
     (``ids[release_from(...):end_]``, in order) still resident (``removed`` counts them; the
-    request's own later admissions may have evicted some). The prefix scan at arrival is fused
+    request's own later admissions may have evicted some). The temporary blocks' admissions,
+    ``end`` and their removal are the policy's ``make_room`` (:func:`admit_and_free` those
+    steps, or the policy's equal form). The prefix scan at arrival is fused
     with the accesses of its blocks: a hit changes no id's residency (true of every step here),
     so while every block so far was a hit, "resident now" is "resident at arrival", and the
     first miss (or the rule's limit) ends the prefix. A temporary block is admitted like any
     block (evicting the policy's victim from a full cache) and is never a hit (its id is its
     request's own)."""
     begin(s, q, ids, start, end_)
-    stop = start + scan_limit(rule, end_ - start, length)
+    cut = release_from(rule, ids, start, end_)  # the temporary blocks freed at the end
+    stop = start + scan_limit(rule, cut - start, length)  # (never resident at arrival)
     i = start
     pred = NO_PRED
     while i < stop:
@@ -244,7 +247,7 @@ def replay_request(s, q, ids, start, end_, length, rule):
     hits = i - start
     tokens = hit_tokens(rule, hits, length)
     evictions = 0
-    for j in range(i, end_):
+    for j in range(i, cut):
         h = ids[ix(j)]
         if is_resident(s, q, h):
             hits += 1
@@ -252,14 +255,33 @@ def replay_request(s, q, ids, start, end_, length, rule):
         elif admit(s, q, h, pred) >= 0:
             evictions += 1
         pred = h
+    removed = 0
+    if cut < end_:
+        e, removed = make_room(s, q, ids, cut, end_, pred)
+        evictions += e
+    else:
+        end(s, q)
+    return tokens, hits, evictions, removed
+
+
+def admit_and_free(s, q, ids, start, end_, pred):
+    """The default ``make_room``: the temporary blocks ``ids[start:end_]`` admitted in order
+    (fresh ids, so never resident before), ``end``, then those still resident removed (the
+    request's own later admissions may have evicted some); ``(evictions, removed)``."""
+    evictions = 0
+    for j in range(start, end_):
+        h = ids[ix(j)]
+        if admit(s, q, h, pred) >= 0:
+            evictions += 1
+        pred = h
     end(s, q)
     removed = 0
-    for j in range(release_from(rule, ids, start, end_), end_):
+    for j in range(start, end_):
         h = ids[ix(j)]
         if is_resident(s, q, h):
             remove(s, q, h)
             removed += 1
-    return tokens, hits, evictions, removed
+    return evictions, removed
 
 
 def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
@@ -267,6 +289,8 @@ def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
     functions, and :func:`replay_request` (a request-level policy's ``request`` step in its
     place) bound to both."""
     names = inline_all({**steps.functions(), **RULES[rule].functions()})
+    own = steps.make_room
+    names["make_room"] = inlined(own if own is not None else rebind(admit_and_free, names))
     request = getattr(steps.request, "py_func", steps.request) or replay_request
     names["replay_request"] = inlined(rebind(request, names))
     return names

@@ -23,6 +23,13 @@ A policy's compiled form is a *state* and its *steps*, registered together as a 
   ``begin(s, q, ids, start, end)`` a request starts on cache ``q``: its ids are
                                   ``ids[start:end]``, in order. Optional
   ``end(s, q)``                   the request's accesses are done. Optional
+  ``make_room(s, q, ids, start,`` the request's temporary blocks ``ids[start:end]`` (fresh
+  ``end, pred)``                  ids, its last accesses), admitted in order (``pred`` before
+                                  the first), then ``end``, then those still resident
+                                  removed; returns ``(evictions, removed)``. Optional: the
+                                  default is those steps (:func:`prefixsim.engine.rules.
+                                  admit_and_free`); a policy's own form makes the room without
+                                  linking the blocks, equal to it (``tests/test_engine.py``)
   ``request(s, q, ids, start,``   a *request-level* policy's whole request, in place of the
   ``end, length, rule)``          drivers' per-block one (SGLang's radix cache, ``RADIX``):
                                   see below. Optional; such a policy gives no ``hit`` and
@@ -209,6 +216,10 @@ def request(s: Any, q: int, ids: Any, start: int, end: int, length: int, rule: A
     raise NotImplementedError("a step runs only inside a compiled driver")
 
 
+def make_room(s: Any, q: int, ids: Any, start: int, end: int, pred: int) -> Any:
+    raise NotImplementedError("a step runs only inside a compiled driver")
+
+
 def _no_begin(s, q, ids, start, end):
     return None
 
@@ -223,7 +234,7 @@ def _no_remove(s, q, h):
     return None
 
 
-STEP_NAMES = ("is_resident", "hit", "admit", "remove", "begin", "end", "request")
+STEP_NAMES = ("is_resident", "hit", "admit", "remove", "begin", "end", "request", "make_room")
 _ARITY = {name: len(inspect.signature(globals()[name]).parameters) for name in STEP_NAMES}
 
 
@@ -253,6 +264,9 @@ class Steps:
     allocating nothing); None: the steps run every valid ``params``."""
     request: Callable[..., Any] | None = None
     """A request-level policy's request (see the module docstring), or None."""
+    make_room: Callable[..., Any] | None = None
+    """A policy's own form of the temporary blocks' steps (see the module docstring), or None:
+    :func:`~prefixsim.engine.rules.admit_and_free`."""
     files: tuple[str, ...] = ()
     """More source files the steps depend on, beyond the files that define them and the
     package's policies (numba's disk cache of the drivers is keyed by all of them)."""

@@ -23,7 +23,7 @@ from typing import ClassVar
 from ..engine.lists import link_bytes
 from ..engine.steps import Steps
 from .base import PolicyParams, register
-from .lru import LRUReference, LRUState, lru_admit, lru_is_resident, lru_remove
+from .lru import LRUReference, LRUState, lru_admit, lru_is_resident, lru_make_room, lru_remove
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,12 @@ def fifo_hit(s, q, h, pred):
 
 
 STEPS = Steps(
-    FIFOState, is_resident=lru_is_resident, hit=fifo_hit, admit=lru_admit, remove=lru_remove
+    FIFOState,
+    is_resident=lru_is_resident,
+    hit=fifo_hit,
+    admit=lru_admit,
+    remove=lru_remove,
+    make_room=lru_make_room,
 )
 
 

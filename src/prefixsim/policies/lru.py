@@ -21,7 +21,15 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from ..engine.lists import linked, links, per_cache, push_bounded, take, to_tail
+from ..engine.lists import (
+    linked,
+    links,
+    per_cache,
+    push_bounded,
+    room_at_head,
+    take,
+    to_tail,
+)
 from ..engine.rules import hit_tokens, release_from, scan_limit
 from ..engine.steps import Steps, counters, param
 from .base import PolicyParams, ReferencePolicy, ix, register, zeroed_state
@@ -90,8 +98,17 @@ def lru_remove(s, q, h):
     take(s.link, s.sc, 3 * q, 3 * q + 2, h)
 
 
+def lru_make_room(s, q, ids, start, end, pred):
+    return room_at_head(s.link, s.sc, 3 * q, s.capacity, end - start)  # no end step between
+
+
 STEPS = Steps(
-    LRUState, is_resident=lru_is_resident, hit=lru_hit, admit=lru_admit, remove=lru_remove
+    LRUState,
+    is_resident=lru_is_resident,
+    hit=lru_hit,
+    admit=lru_admit,
+    remove=lru_remove,
+    make_room=lru_make_room,
 )
 
 
@@ -121,7 +138,9 @@ STEPS = Steps(
 # arrival", and the first miss ends the prefix. The rest of the request runs the general access
 # loop. Evictions are not counted in the loop but derived at the end (each miss adds one block,
 # each eviction or removal takes one out), which keeps one register free. A rule's temporary
-# blocks (an engine's partial block, ``release_from``) are unlinked when their request ends.
+# blocks (an engine's partial block, ``release_from``: the request's last) are made room for as
+# :func:`lru_make_room` does: each counts in ``size`` and evicts the head of a full cache, but is
+# never linked (it would be removed at the request's end with nothing between).
 #
 # Every subscript is ``a[ix(i)]`` (:data:`~prefixsim.policies.base.ix`): ids, pair indices and
 # ``offsets`` positions are non-negative (an end of the list, -1, is never an index: it is
@@ -147,7 +166,8 @@ def lru_fused(stamp: str) -> Any:
             start = offsets[ix(r)]
             end = offsets[ix(r + 1)]
             length = input_lengths[ix(r)]
-            stop = start + scan_limit(rule, end - start, length)
+            cut = release_from(rule, block_ids, start, end)  # temporary blocks from there
+            stop = start + scan_limit(rule, cut - start, length)
             # The longest resident prefix, each of its blocks accessed (a hit) as it is counted.
             i = start
             while i < stop:
@@ -175,7 +195,7 @@ def lru_fused(stamp: str) -> Any:
             # Then the remaining blocks, from the first miss on, hit or miss, in order.
             for j in range(i, end):
                 h = block_ids[ix(j)]
-                nx = link[ix(2 * h + 1)]
+                nx = link[ix(2 * h + 1)] if j < cut else 0
                 if nx != 0:
                     hits += 1
                     if h == tail:
@@ -198,6 +218,8 @@ def lru_fused(stamp: str) -> Any:
                             tail = -1
                         size -= 1
                     size += 1
+                    if j >= cut:  # a temporary block: it makes room (lru_make_room), unlinked
+                        continue
                 # append h at the most recently used end
                 link[ix(2 * h)] = tail
                 link[ix(2 * h + 1)] = 1
@@ -206,25 +228,10 @@ def lru_fused(stamp: str) -> Any:
                 else:
                     head = h
                 tail = h
-            # The request's temporary blocks still resident leave the list (the rule's; none
-            # under the specification's), the others keep their order.
-            for j in range(release_from(rule, block_ids, start, end), end):
-                h = block_ids[ix(j)]
-                nx = link[ix(2 * h + 1)]
-                if nx == 0:
-                    continue
-                p = link[ix(2 * h)]
-                if p >= 0:
-                    link[ix(2 * p + 1)] = nx
-                else:
-                    head = nx - 2
-                if nx >= 2:
-                    link[ix(2 * (nx - 2))] = p
-                else:
-                    tail = p
-                link[ix(2 * h + 1)] = 0
-                size -= 1
-                removed += 1
+            # The request's temporary blocks leave when it ends (the rule's; none under the
+            # specification's): counted in size until then, so each evicts from a full cache.
+            size -= end - cut
+            removed += end - cut
         cnt[0] += hits
         # evictions: every miss adds one block, every eviction or removal takes one out
         cnt[1] += (offsets[ix(n_requests)] - offsets[0]) - hits - size - removed

@@ -64,6 +64,7 @@ from ..engine.lists import (
     per_cache,
     pop_head,
     push,
+    room_at_head,
     take,
     unlink,
 )
@@ -211,6 +212,13 @@ def lru_tail_first_remove(s, q, h):
     take(s.link, s.sc, e, e + _SIZE, h)
 
 
+def lru_tail_first_make_room(s, q, ids, start, end, pred):
+    # Each temporary block would be placed (before seg) and removed (seg restored) with no end
+    # step between; a full cache then still holds old blocks (the request's fit), so the head
+    # that leaves is never placed.
+    return room_at_head(s.link, s.sc, 5 * q, s.capacity, end - start)
+
+
 STEPS = Steps(
     LRUTailFirstState,
     is_resident=lru_is_resident,
@@ -218,6 +226,7 @@ STEPS = Steps(
     admit=lru_tail_first_admit,
     remove=lru_tail_first_remove,
     begin=lru_tail_first_begin,
+    make_room=lru_tail_first_make_room,
 )
 
 
