@@ -113,6 +113,11 @@ class Space:
     stream: np.ndarray
     """The trace's block ids in access order (an offline policy's future; a bound on how often
     an id can be accessed). For one cache over block ids, exactly the ids it will see."""
+    output_lengths: np.ndarray | None = None
+    """Per request, in the order the driver serves them (the trace's), its output length when
+    its decode steps' pages are kept (an engine's semantics with ``cache_output_blocks``), for a
+    request-level policy whose allocation follows the decode steps (``RADIX``: SGLang allocates
+    a decode step's page at the step); None: the prefill-only replay (nothing decoded)."""
 
 
 @dataclass(frozen=True)

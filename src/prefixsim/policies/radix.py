@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numba import njit
 
 from ..engine.lists import scalars
 from ..engine.rules import hit_tokens, scan_limit, temp_from
@@ -381,6 +382,9 @@ def radix_state(p: RadixParams, space: Space) -> RadixState:
         p.whole_node,
         p.spare_pages,
         p.evict_shortfall,
+        np.zeros(0, np.int64) if space.output_lengths is None else space.output_lengths,
+        np.zeros(1, np.int64),
+        space.output_lengths is not None,
     )
 
 
@@ -388,12 +392,48 @@ def radix_is_resident(s, q, h):
     return s.node[ix(h)] >= 0
 
 
+@njit
+def _make_room(s, q, target, held, stamp):
+    """RadixReference._make_room: when fewer than ``target`` pages are free besides the
+    ``held`` pages of the running request, evict the shortfall (or all of ``target`` without
+    ``shortfall``); returns the blocks evicted."""
+    free = s.capacity - s.sc[ix(8 * q + SIZE)] - held
+    if free >= target:
+        return 0
+    return evict(s, q, target - free if s.shortfall else target, stamp)
+
+
+@njit
+def _decode(s, q, held, length, steps, bs, stamp):
+    """The reference's decode steps (``decode_pages``: positions ``length .. length + steps -
+    1``, a step taking a page when its position is a multiple of ``bs``), after the prefill
+    holds ``held`` pages: ``(held, blocks evicted)``. A loop over the pages, not the steps: a
+    run of steps that take no page is one ``_make_room(spare)``, since after one ``spare`` pages
+    are free besides the held ones or no unlocked leaf is left, and nothing changes before the
+    next step of the run. The run before the first page is none: the prefill made room for its
+    pages and the spare ones (or found no leaf left), so it would evict nothing."""
+    evicted = 0
+    stop = length + steps  # past the last step's position
+    page = -(-length // bs) * bs  # the first position that starts a page
+    while page < stop:
+        evicted += _make_room(s, q, max(s.spare, 1), held, stamp)
+        if held < s.capacity - s.sc[ix(8 * q + SIZE)]:
+            held += 1
+        if bs > 1 and page + 1 < stop:  # steps after it, before the next page (or the end)
+            evicted += _make_room(s, q, s.spare, held, stamp)
+        page += bs
+    return held, evicted
+
+
 def radix_request(s, q, ids, start, end_, length, rule):
-    """RadixReference.serve_request (its prefill; no decode step) for ``ids[start:end_]``, its
-    temporary pages from the rule's ``temp_from``. ``removed``: the accesses that leave no
-    resident block (temporary pages, recomputed blocks found in the tree, blocks that did not
-    fit, repeats)."""
+    """RadixReference.serve_request for ``ids[start:end_]``, its temporary pages from the rule's
+    ``temp_from``, its decode steps from its output length (``outputs``, with ``decode``: the
+    prefill holds the pages of the prompt, each decode step that starts a page takes the next).
+    ``removed``: the accesses that leave no resident block (temporary pages, recomputed blocks
+    found in the tree, blocks that did not fit, repeats)."""
     e = 8 * q
+    r = s.served[0]
+    s.served[0] = r + 1
     cached = temp_from(rule, ids, start, end_)
     k = start
     while k < cached and s.node[ix(ids[ix(k)])] >= 0:
@@ -405,14 +445,18 @@ def radix_request(s, q, ids, start, end_, length, rule):
     stamp = s.sc[ix(e + STAMP)] + 1
     s.sc[ix(e + STAMP)] = stamp
     match(s, q, ids, start, start + hit, stamp)
-    need = end_ - start - hit  # the pages the prefill computes into
-    target = need + s.spare  # SGLang's page per request
-    free = s.capacity - s.sc[ix(e + SIZE)]
-    evicted = 0
-    if free < target:
-        evicted = evict(s, q, target - free if s.shortfall else target, stamp)
-    free = s.capacity - s.sc[ix(e + SIZE)]
-    held = min(need, free)
+    steps = 0  # decode steps whose tokens' KV is kept: all but the last sampled token's
+    pages = 0  # the pages they start, taken as they go (the rest is the prefill's)
+    if s.decode and s.outputs[ix(r)] > 1:
+        steps = s.outputs[ix(r)] - 1
+        bs = rule.block_size
+        pages = -(-(length + steps) // bs) - -(-length // bs)
+    need = end_ - start - hit - pages  # the pages the prefill computes into
+    evicted = _make_room(s, q, need + s.spare, 0, stamp)  # SGLang's page per request
+    held = min(need, s.capacity - s.sc[ix(e + SIZE)])
+    if steps > 0:
+        held, more = _decode(s, q, held, length, steps, rule.block_size, stamp)
+        evicted += more
     n_cached = hit + min(cached - start - hit, held)  # pages go to the cached blocks first
     leading = insert(s, q, ids, start, start + n_cached)
     if leading > hit:

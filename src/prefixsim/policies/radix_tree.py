@@ -27,10 +27,10 @@ from .base import ix
 # at most min(capacity, n_ids) of them besides its root.
 #
 # Locks. SGLang locks the nodes a request's match walked and their ancestors while it evicts
-# for it; a locked *leaf* is then a walked node (an ancestor has the walked node below it), and
-# no walked node loses its children during the eviction. So the lock is the mark: a leaf marked
-# by the running request is skipped. Only one eviction runs per request (the prefill's; the
-# decode steps' allocations are the reference's, see ``_reference_only`` in semantics).
+# for it (at its prefill, and at each of its decode steps); a locked *leaf* is then a walked
+# node: a locked ancestor has a walked node below it, which no eviction takes (it is locked),
+# so it never becomes a leaf while the request runs. So the lock is the mark: a leaf marked by
+# the running request is skipped, by each of its evictions.
 #
 # The eviction order: the leaf of least (time, node) first. Times are unique (a clock per
 # cache, advanced at every refresh and creation), so the order is the reference's (its uid
@@ -74,6 +74,14 @@ class RadixState(NamedTuple):
     whole_node: bool
     spare: int
     shortfall: bool
+    outputs: np.ndarray
+    """The requests' output lengths, in the order they are served (``Space.output_lengths``);
+    empty without ``decode``."""
+    served: np.ndarray
+    """``served[0]``: the requests served so far by any cache (the next one's index into
+    ``outputs``: the drivers serve each request once, in trace order)."""
+    decode: bool
+    """The decode steps' pages are kept (``cache_output_blocks``)."""
 
 
 @njit(inline="always")
