@@ -48,8 +48,11 @@ its own), and caches what it chooses. Its ``request`` step replaces
 (the single cache, the cluster), with the same arguments and results (the rule's functions
 are bound for it by the same generic names); it reports ``removed`` as the request's accesses
 that leave no resident block behind, so that the drivers' count of the final residents,
-``misses - evictions - removed``, holds for it too. A hierarchy, whose cascade admits one block
-at a time, refuses such a policy.
+``misses - evictions - removed``, holds for it too. Those drivers serve each request once, in
+the trace's order, so what the arguments do not carry a state can hold per request: under
+``cache_output_blocks`` they give ``make_state`` the requests' output lengths
+(:attr:`Space.output_lengths`; RADIX's decode steps take their pages as they go). A
+hierarchy, whose cascade admits one block at a time, refuses such a policy.
 
 A step may be a plain function or a numba one (a step that another policy's steps call, e.g.
 S3FIFO_LEAF calling S3FIFO's removal, must be a numba one). Helpers a step calls must be numba
