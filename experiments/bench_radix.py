@@ -1,7 +1,8 @@
 """RADIX's compiled replay against LRU_LEAF's, in the same run (issue 19: within 2x).
 
 For each capacity (1,024 / 4,096 / 16,384 blocks by default) on the bundled conversation trace,
-under the specification's rule and SGLang's (``--semantics``), the two policies' compiled
+under the specification's rule and SGLang's (``--semantics``; ``sglang+out`` caches the output
+blocks too, RADIX's decode steps taking their pages as they go), the two policies' compiled
 single-cache replays alternate ``--repeat`` times (RADIX, LRU_LEAF, RADIX, ...), each timed by
 wall time and by the thread's CPU time (less sensitive to a loaded machine); the table gives the
 medians, block accesses per second and the ratio RADIX / LRU_LEAF. Before timing, each RADIX
@@ -10,7 +11,8 @@ scale), and the kernels are compiled (or loaded from numba's disk cache) outside
 Peak memory (RSS) is the whole process's.
 
     python experiments/bench_radix.py [--trace conversation] [--repeat 21]
-                                      [--capacities 1024,4096,16384] [--semantics spec,sglang]
+                                      [--capacities 1024,4096,16384]
+                                      [--semantics spec,sglang,sglang+out]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixsim import load_trace, make_params, replay_params
+from prefixsim import Semantics, load_trace, make_params, replay_params
 from prefixsim.semantics import reference_replay
 
 
@@ -32,6 +34,12 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.thread_time()
     fn()
     return time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def semantics(name: str) -> Semantics:
+    """``spec``, ``vllm``, ``sglang``, or either engine with ``+out`` (``cache_output_blocks``)."""
+    mode, _, out = name.partition("+")
+    return Semantics(mode, cache_output_blocks=out == "out")
 
 
 def main() -> None:
@@ -46,13 +54,14 @@ def main() -> None:
     print(f"trace {trace.name}: {trace.n_requests:,} requests, {n:,} block accesses; "
           f"{args.repeat} alternating runs per point, medians")  # fmt: skip
     header = (
-        f"{'semantics':>9} {'capacity':>8} | {'RADIX ms':>8} {'LRU_LEAF ms':>11} "
+        f"{'semantics':>10} {'capacity':>8} | {'RADIX ms':>8} {'LRU_LEAF ms':>11} "
         f"{'ratio':>5} | {'RADIX cpu':>9} {'LEAF cpu':>8} {'ratio':>5} | "
         f"{'RADIX acc/s':>11} | {'ref s':>5}"
     )
     print(header)
     print("-" * len(header))
-    for sem in args.semantics.split(","):
+    for mode in args.semantics.split(","):
+        sem = semantics(mode)
         for capacity in map(int, args.capacities.split(",")):
             radix = make_params("RADIX", capacity)
             leaf = make_params("LRU_LEAF", capacity)
@@ -75,7 +84,7 @@ def main() -> None:
             wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
             cpu = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
             print(
-                f"{sem:>9} {capacity:>8} | {wall['RADIX'] * 1e3:>8.2f} "
+                f"{mode:>10} {capacity:>8} | {wall['RADIX'] * 1e3:>8.2f} "
                 f"{wall['LRU_LEAF'] * 1e3:>11.2f} {wall['RADIX'] / wall['LRU_LEAF']:>5.2f} | "
                 f"{cpu['RADIX'] * 1e3:>9.2f} {cpu['LRU_LEAF'] * 1e3:>8.2f} "
                 f"{cpu['RADIX'] / cpu['LRU_LEAF']:>5.2f} | {n / wall['RADIX']:>11,.0f} | "

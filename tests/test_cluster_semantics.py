@@ -73,25 +73,42 @@ def test_least_loaded_queues_the_engines_hits() -> None:
 
 
 @pytest.mark.parametrize("router", DYNAMIC)
-def test_what_the_single_cache_replays_on_its_reference_the_routers_do(router: str) -> None:
-    # RADIX caching output blocks: SGLang allocates a decode step's page at the step, which
-    # needs the output lengths the compiled drivers do not carry; the single cache replays
-    # it on the reference, and so do the load-aware routers (their driver gave R2 no hit
-    # here, a Hypothesis find). Blocks of 1, capacity 4, 3 usable after vLLM's null block:
-    # R0 caches a; R1 (1, [b]) decodes 2 tokens, so b and one output page (KV of 1 + 2 - 1
-    # tokens): the cache is full, a still resident; R2 (2, [a, c]) hits a (the cap
-    # (2 - 1) // 1 = 1); R3..R5 (1, [a]) hit nothing (the cap (1 - 1) // 1 = 0).
+def test_radix_caching_output_blocks_behind_the_routers(router: str) -> None:
+    # RADIX caching output blocks: SGLang allocates a decode step's page at the step, so the
+    # request step needs each request's output length, which the cluster driver gives its
+    # state as the single cache does (it ran on the reference once, and before that the driver
+    # gave R2 no hit here, a Hypothesis find). Blocks of 1, capacity 4, 3 usable after vLLM's
+    # null block: R0 caches a; R1 (1, [b]) decodes 2 tokens: its prefill holds b's page (1 +
+    # the spare page free: 3), its one decode step (token 1, which starts a page) needs
+    # max(spare, 1) = 1 page free besides the one held (2 are) and takes it: b and the output
+    # page cached, the cache full, a still resident; R2 (2, [a, c]) hits a (the cap (2 - 1) //
+    # 1 = 1); R3..R5 (1, [a]) hit nothing (the cap (1 - 1) // 1 = 0).
     requests = [(1, ["a"]), (1, ["b"]), (2, ["a", "c"])] + [(1, ["a"])] * 3
     trace = timed(make_trace(requests), [0] * 6, [0, 2, 2, 0, 0, 0])
     sem = Semantics("vllm", cache_output_blocks=True)
     params = make_params("RADIX", 4)
     got = replay_cluster_params(trace, params, 1, 1, make_router(router), TOY_LOAD, semantics=sem)
-    assert got.engine == "reference"
+    assert got.engine == "kernel"
     hits, final, counters, ran = replay_arrays(trace, params, 1, sem, "kernel")
-    assert ran == "reference"
+    assert ran == "kernel"
     np.testing.assert_array_equal(got.hit_tokens, hits)
     assert (int(got.final_cache_blocks[0]), got.counters) == (final, counters)
     assert got.hit_tokens.tolist() == [0, 0, 1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("router", DYNAMIC)
+def test_what_the_single_cache_replays_on_its_reference_the_routers_do(router: str) -> None:
+    # S3FIFO_LCS with a small queue of one slot (capacity 10 under SGLang: int(10 * 0.1) = 1)
+    # admits nothing, which its steps refuse: the single cache replays it on the reference, and
+    # so do the load-aware routers (their driver runs the steps). Every access a miss.
+    trace = timed(make_trace([(2, [1, 2]), (2, [1, 2]), (1, [1])]), [0, 0, 0])
+    sem = Semantics("sglang")
+    params = make_params("S3FIFO_LCS", 10)
+    got = replay_cluster_params(trace, params, 1, 2, make_router(router), TOY_LOAD, semantics=sem)
+    assert got.engine == "reference"
+    assert replay_arrays(trace, params, 1, sem, "kernel")[3] == "reference"
+    assert got.hit_tokens.tolist() == [0, 0, 0]
+    assert got.final_cache_blocks.tolist() == [0, 0]
 
 
 @st.composite

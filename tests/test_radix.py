@@ -6,8 +6,8 @@ replay equal to ``RadixReference`` per request (hit tokens, counters, final size
 specification's rule and the engines' (``semantics="sglang"``, ``"vllm"``), with every option
 of the policy, and behind the cluster's routers; and to SGLang's oracle. Hand-worked cases pin
 what the generated traces reach rarely: a locked leaf skipped and queued again, the heap's
-compaction, a request larger than the cache. The hand-worked SGLang cases of
-``tests/test_engines.py`` run compiled there too.
+compaction, a request larger than the cache; and a decode step's page. The hand-worked SGLang
+cases of ``tests/test_engines.py`` run compiled there too.
 """
 
 from __future__ import annotations
@@ -88,13 +88,13 @@ def radix_mode_point(draw: st.DrawFn) -> tuple[Trace, int, PolicyParams, Semanti
 @given(point=radix_mode_point())
 def test_compiled_modes_are_the_reference(point: Any) -> None:
     """Under vLLM (front and back: RADIX frees its temporary pages itself either way) and SGLang,
-    the compiled request step equals the reference per request; with cache_output_blocks the
-    reference runs (its decode steps allocate page by page), and the result says so."""
+    outputs cached or not (its decode steps then allocate page by page, from each request's
+    output length), the compiled request step equals the reference per request."""
     trace, bs, params, sem = point
     want = reference_replay(trace, params, bs, sem)
     hits, final, counters, ran = replay_arrays(trace, params, bs, sem, "kernel")
-    assert ran == ("reference" if sem.cache_output_blocks else "kernel")
-    assert ran == ("reference" if reference_only(params, sem) else "kernel")
+    assert ran == "kernel"
+    assert not reference_only(params, sem)
     assert hits.tolist() == want[0].tolist()
     assert final == want[1]
     assert counters == want[2]
@@ -103,13 +103,15 @@ def test_compiled_modes_are_the_reference(point: Any) -> None:
 @settings(max_examples=200, deadline=None)
 @given(point=sglang_point())
 def test_compiled_under_sglang_is_sglang(point: tuple[EngineCase, int, bool, bool]) -> None:
-    """The compiled replay (prompts only: outputs cached run the reference) against SGLang's
-    radix cache, request by request, and its evictions and free pages."""
-    case, capacity, _, shortfall = point
+    """The compiled replay against SGLang's radix cache (its decode steps too when outputs are
+    cached), request by request, and its evictions and free pages."""
+    case, capacity, outputs, shortfall = point
     oracle = sglang_radix.replay(
-        case.requests, capacity, case.block_size, evict_shortfall=shortfall
-    )
-    res = replay(case.trace(), "RADIX", capacity, case.block_size, semantics="sglang",
+        case.requests, capacity, case.block_size, evict_shortfall=shortfall,
+        output_lengths=case.outputs if outputs else None,
+    )  # fmt: skip
+    sem = Semantics("sglang", cache_output_blocks=outputs)
+    res = replay(case.trace(), "RADIX", capacity, case.block_size, semantics=sem,
                  evict_shortfall=shortfall)  # fmt: skip
     assert res.engine == "kernel"
     assert res.hit_tokens.tolist() == oracle.hit_tokens
@@ -133,6 +135,30 @@ def test_every_router_compiled_is_the_reference(requests, params, router, instan
     rp = make_router(router)
     fast = replay_cluster_params(trace, params, bs, instances, rp, LOAD, engine="kernel")
     ref = replay_cluster_params(trace, params, bs, instances, rp, LOAD, engine="reference")
+    assert fast.engine == "kernel"
+    np.testing.assert_array_equal(fast.instance, ref.instance)
+    np.testing.assert_array_equal(fast.hit_tokens, ref.hit_tokens)
+    np.testing.assert_array_equal(fast.final_cache_blocks, ref.final_cache_blocks)
+    assert fast.instance_counters == ref.instance_counters
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    point=radix_mode_point(),
+    router=st.sampled_from(["kv_aware", "least_loaded", "round_robin"]),
+    instances=st.integers(1, 3),
+)
+def test_every_router_compiled_is_the_reference_under_the_engines(  # type: ignore[no-untyped-def]
+    point, router, instances
+) -> None:
+    """The engine modes behind the routers, outputs cached or not: the cluster driver gives
+    RADIX's state the output lengths as the single cache does (the static routers replay each
+    sub-trace as one engine cache)."""
+    trace, bs, params, sem = point
+    rp = make_router(router)
+    fast = replay_cluster_params(trace, params, bs, instances, rp, LOAD, semantics=sem)
+    ref = replay_cluster_params(trace, params, bs, instances, rp, LOAD, engine="reference",
+                                semantics=sem)  # fmt: skip
     assert fast.engine == "kernel"
     np.testing.assert_array_equal(fast.instance, ref.instance)
     np.testing.assert_array_equal(fast.hit_tokens, ref.hit_tokens)
@@ -179,6 +205,46 @@ def test_a_request_larger_than_the_cache_caches_what_fits(engine: str) -> None:
     assert res.hit_tokens.tolist() == [0, 3, 0]
     assert res.counters["evictions"] == 3 and res.counters["evicted_nodes"] == 1
     assert res.final_cache_blocks == 1
+
+
+# A decode step's page (cache_output_blocks, docs/semantics.md: SGLang checks for its spare page
+# at every decode step and takes a page at the step whose token starts one). Capacity 3 pages of
+# 4 tokens, SGLang. R1 (4, [a]) decodes nothing: [a]. R2 (4, [x]) generates `out` tokens: its
+# prefill holds x's page (1 + the spare page needed, 2 free: no eviction), then its decode steps
+# compute tokens 4 .. 4 + out - 2; token 4 starts a page. R3 (8, [a, w]).
+# * out = 2: one step, token 4: it needs max(spare, 1) = 1 page free besides x's (1 is) and
+#   takes it: the cache is full, a still resident. KV of 4 + 2 - 1 = 5 tokens: the page of
+#   token 4 is partial, freed; [x] cached. R3 hits a (the cap (8 - 1) // 4 = 1 block: 4 tokens)
+#   and needs w's page and the spare one, 1 free: [x] goes. Had the prefill taken both pages
+#   and the spare one on top (3 with 2 free), [a] would have gone at R2 and R3 missed.
+# * out = 5: tokens 4 .. 7. Token 4 takes the page (the cache full); token 5 asks for the spare
+#   page again, 0 free: [a], the only unlocked leaf, goes at that step (tokens 6, 7: 1 free, no
+#   eviction). The page of tokens 4 .. 7 is full: cached with x, one node [x, o]. R3 misses a,
+#   needs 2 pages and the spare one, 1 free: [x, o] goes whole (2 pages, one node).
+# * out = 5 without the spare page (spare_pages=0): the steps after token 4 ask for none, a
+#   stays; R3 hits a (locked), needs w's page, 0 free: [x, o] goes whole.
+DECODE = [(4, ["a"]), (4, ["x"]), (8, ["a", "w"])]
+
+
+@pytest.mark.parametrize("engine", ["kernel", "reference"])
+@pytest.mark.parametrize(
+    ("out", "spare", "hits", "evictions", "nodes"),
+    [(2, 1, [0, 0, 4], 1, 1), (5, 1, [0, 0, 0], 3, 2), (5, 0, [0, 0, 4], 2, 1)],
+)
+def test_a_decode_step_takes_its_page_at_the_step(  # type: ignore[no-untyped-def]
+    engine, out, spare, hits, evictions, nodes
+) -> None:
+    trace = make_trace(DECODE, outputs=[0, out, 0])
+    sem = Semantics("sglang", cache_output_blocks=True)
+    res = replay_params(trace, make_params("RADIX", 3, spare_pages=spare), 4, engine=engine,
+                        semantics=sem)  # fmt: skip
+    assert res.engine == engine
+    assert res.hit_tokens.tolist() == hits
+    assert (res.counters["evictions"], res.counters["evicted_nodes"]) == (evictions, nodes)
+    assert res.final_cache_blocks == 2
+    if spare == 1:  # SGLang's own
+        oracle = sglang_radix.replay(DECODE, 3, 4, output_lengths=[0, out, 0])
+        assert oracle.hit_tokens == hits and oracle.counters["evictions"] == evictions
 
 
 def test_heap_compaction_and_growth() -> None:

@@ -608,6 +608,7 @@ def compiled_replay(
         layout.n_ids,
         block_size,
         rule=rule,
+        output_lengths=trace.output_lengths if semantics.cache_output_blocks else None,
     )
     counters["block_accesses"] = len(layout.ids)
     counters["temporary_blocks"] = layout.n_temp
@@ -677,12 +678,9 @@ def check_arrays(
 def reference_only(params: PolicyParams, semantics: Semantics) -> bool:
     """Whether ``params`` under an engine's ``semantics`` runs on the reference though its
     policy has steps: ``S3FIFO_LCS`` with a small queue of one slot
-    (:func:`_one_slot_small_queue`), and a request-level policy (``RADIX``) that caches output
-    blocks: SGLang allocates a decode step's page at the step (``decode_pages``), which needs
-    each request's output length, and the compiled drivers carry the prompt's only."""
-    steps = get_policy(params.policy).steps
-    if steps is not None and not steps.per_block and semantics.cache_output_blocks:
-        return True
+    (:func:`_one_slot_small_queue`). (A request-level policy caching output blocks runs
+    compiled: its state gets the requests' output lengths, ``Space.output_lengths``, for the
+    pages its decode steps take, :func:`decode_pages`.)"""
     return _one_slot_small_queue(params, semantics)
 
 

@@ -155,11 +155,14 @@ def run(
     consts: tuple[Any, ...],
     layout: Layout | None = None,
     free_front: bool = True,
+    cache_output_blocks: bool = False,
 ) -> tuple[np.ndarray, ...]:
     """One cluster replay (``params`` at the usable capacity): under the specification's rule
     over the trace's ids, or with ``layout`` (:func:`prefixsim.semantics.engine_layout`) under
     the engines' (``free_front``: the temporary blocks leave the cache when their request
-    ends). Per request the instance, hit tokens, queueing delay, prefill and service seconds;
+    ends; ``cache_output_blocks``: the decode steps' pages are kept, and the state gets the
+    requests' output lengths, :attr:`~prefixsim.engine.steps.Space.output_lengths`). Per
+    request the instance, hit tokens, queueing delay, prefill and service seconds;
     per instance the counters ``[instance, counter]``, the block accesses and the temporary
     blocks held and released."""
     n = trace.n_requests
@@ -177,7 +180,8 @@ def run(
         rule = EngineRule.of(block_size, max_pairs, free_front)
     dtype = _pair_dtype(n_accesses)
     pair = np.zeros(temp_from * instances, dtype)  # untouched pages stay unallocated
-    s = steps.make_state(params, Space(max_pairs + n_temp, instances, block_ids))
+    outputs = trace.output_lengths if cache_output_blocks else None
+    s = steps.make_state(params, Space(max_pairs + n_temp, instances, block_ids, outputs))
     lengths = np.diff(offsets)
     ids = np.empty(int(lengths.max()) if len(lengths) else 0, dtype)
     instance = np.empty(n, np.int32)

@@ -295,8 +295,9 @@ def replay_cluster_params(
     if sem.name != "spec" and spec.assign is not None:
         raw, engine = semantics_cluster(trace, setup, sem, engine)
     elif engine == "reference" or (sem.name != "spec" and reference_only(params, sem)):
-        # what the single cache replays on its reference (reference_only) the load-aware
-        # routers do too: their driver carries no output lengths either
+        # what the single cache replays on its reference (reference_only: S3FIFO_LCS's
+        # one-slot small queue, which its steps refuse) the load-aware routers do too: their
+        # driver runs the same steps
         raw, engine = reference_cluster(trace, setup, sem), "reference"
     elif spec.assign is not None:
         raw = _static_cluster(trace, setup)
@@ -392,6 +393,7 @@ def _dynamic_cluster(trace: Trace, setup: Setup, semantics: Semantics) -> RawClu
         load.constants(setup.block_size),
         layout,
         semantics.free_front,
+        semantics.cache_output_blocks,
     )
     counters = [dict(zip(spec.counter_names, row, strict=True)) for row in cnt.tolist()]
     # Every admission adds one resident block, every eviction and release takes one out.

@@ -85,13 +85,16 @@ def run(
     *,
     fast: bool = True,
     rule: Any = None,
+    output_lengths: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int, dict[str, int]]:
     """``spec``'s single-cache replay (a :class:`~prefixsim.policies.PolicySpec`): hit tokens per
     request, final resident blocks, counters. Its fast kernel if it has one (and ``fast``),
     else the driver over its steps, either compiled for ``rule``, the hit rule's value
     (default ``SpecRule(block_size)``), over ids ``0 .. n_blocks - 1`` (for another rule,
     ``block_ids`` and ``offsets`` are laid out for it: the engines' by
-    :func:`prefixsim.semantics.engine_layout`)."""
+    :func:`prefixsim.semantics.engine_layout`). ``output_lengths``: the requests' output
+    lengths when their decode steps' pages are kept (:attr:`Space.output_lengths`, for a
+    request-level policy's steps; the per-block ones never read it)."""
     names = spec.counter_names
     if rule is None:
         rule = SpecRule(block_size)
@@ -103,7 +106,8 @@ def run(
         final = kernel(block_ids, offsets, input_lengths, rule, cnt, hit_tokens, *inputs)
         return hit_tokens, int(final), dict(zip(names, cnt.tolist(), strict=True))
     steps = spec.compiled_steps()
-    s = steps.make_state(params, Space(n_blocks, 1, block_ids))
+    assert output_lengths is None or len(output_lengths) == len(input_lengths)
+    s = steps.make_state(params, Space(n_blocks, 1, block_ids, output_lengths))
     removed = driver(steps, type(rule))(block_ids, offsets, input_lengths, rule, s, hit_tokens)
     counts = s.cnt[0].tolist()
     misses = int(offsets[-1] - offsets[0]) - counts[0]

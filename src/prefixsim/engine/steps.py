@@ -55,8 +55,11 @@ its own), and caches what it chooses. Its ``request`` step replaces
 (the single cache, the cluster), with the same arguments and results (the rule's functions
 are bound for it by the same generic names); it reports ``removed`` as the request's accesses
 that leave no resident block behind, so that the drivers' count of the final residents,
-``misses - evictions - removed``, holds for it too. A hierarchy, whose cascade admits one block
-at a time, refuses such a policy.
+``misses - evictions - removed``, holds for it too. Those drivers serve each request once, in
+the trace's order, so what the arguments do not carry a state can hold per request: under
+``cache_output_blocks`` they give ``make_state`` the requests' output lengths
+(:attr:`Space.output_lengths`; RADIX's decode steps take their pages as they go). A
+hierarchy, whose cascade admits one block at a time, refuses such a policy.
 
 A step may be a plain function or a numba one (a step that another policy's steps call, e.g.
 S3FIFO_LEAF calling S3FIFO's removal, must be a numba one). Helpers a step calls must be numba
@@ -120,6 +123,11 @@ class Space:
     stream: np.ndarray
     """The trace's block ids in access order (an offline policy's future; a bound on how often
     an id can be accessed). For one cache over block ids, exactly the ids it will see."""
+    output_lengths: np.ndarray | None = None
+    """Per request, in the order the driver serves them (the trace's), its output length when
+    its decode steps' pages are kept (an engine's semantics with ``cache_output_blocks``), for a
+    request-level policy whose allocation follows the decode steps (``RADIX``: SGLang allocates
+    a decode step's page at the step); None: the prefill-only replay (nothing decoded)."""
 
 
 @dataclass(frozen=True)

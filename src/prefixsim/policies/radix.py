@@ -58,16 +58,16 @@ import heapq
 import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 from numba import njit
 
-from ..engine import heaps
 from ..engine.lists import scalars
 from ..engine.rules import hit_tokens, scan_limit, temp_from
 from ..engine.steps import Space, Steps, counter_array
 from ..errors import ParameterError
+from . import radix_tree
 from .base import (
     COMMON_COUNTERS,
     Check,
@@ -77,6 +77,7 @@ from .base import (
     ix,
     register,
 )
+from .radix_tree import DUPLICATES, SIZE, STAMP, RadixState, evict, insert, match
 
 
 def _check_flag(name: str) -> Any:
@@ -343,66 +344,6 @@ def _common(node_key: list[Hashable], pos: int, key: list[Hashable], start: int)
     return m
 
 
-# --- steps ----------------------------------------------------------------------------------
-# A request-level policy (prefixsim.engine.steps): one ``request`` step serves a whole request
-# as ``RadixReference.serve_request`` does, over arrays. Per block id: ``node`` (its node, -1
-# when not resident) and the links of its node's run, ``nxt`` and ``prv`` (-1 at the ends), so a
-# walk follows a node's key block by block from any of its blocks. Per node (cache q's are
-# ``q * n_nodes ..``, its root the first; a free list ``free`` holds the unused ones): its run's
-# ``head`` and ``last`` blocks, ``parent``, ``nchild`` (children), ``time`` (-1 when free) and
-# ``mark``, the last request that walked it. Every non-root node holds a block, so a cache has
-# at most min(capacity, n_ids) of them besides its root.
-#
-# Locks. SGLang locks the nodes a request's match walked and their ancestors while it evicts
-# for it; a locked *leaf* is then a walked node (an ancestor has the walked node below it), and
-# no walked node loses its children during the eviction. So the lock is the mark: a leaf marked
-# by the running request is skipped. Only one eviction runs per request (the prefill's; the
-# decode steps' allocations are the reference's, see ``_reference_only`` in semantics).
-#
-# The eviction order: the leaf of least (time, node) first. Times are unique (a clock per
-# cache, advanced at every refresh and creation), so the order is the reference's (its uid
-# never breaks a tie). A binary min-heap (engine.heaps) holds keys ``time << bits | local node``;
-# ``queued[n]`` says that the key of n's current time is in the heap (pushed at most once per
-# time). An entry is live iff its node still has that time and no child: dead entries are
-# dropped when popped, or at compaction when the heap reaches its threshold (as LRU_LEAF's).
-# Every non-root leaf is queued; a node gets a new time only by a walk (queued again if a
-# leaf) or at creation. The lower part of a split keeps its node (as the reference's object),
-# the upper part is a new node; with ``split_refresh=False`` the walk leaves the lower part's
-# time as it was instead of restoring it after the split (the order is the same).
-#
-# Per cache ``sc[8q:8q+8]``: resident blocks, clock, the request stamp, the heap's length and
-# threshold, the free list's length.
-
-_SIZE, _CLOCK, _STAMP, _HEAP_LEN, _HEAP_CAP, _FREE = range(6)
-_EVICTED_NODES, _SPLITS, _DUPLICATES = 2, 3, 4  # counter columns
-
-
-class RadixState(NamedTuple):
-    node: np.ndarray
-    nxt: np.ndarray
-    prv: np.ndarray
-    head: np.ndarray
-    last: np.ndarray
-    parent: np.ndarray
-    nchild: np.ndarray
-    time: np.ndarray
-    mark: np.ndarray
-    queued: np.ndarray
-    free: np.ndarray
-    heap: np.ndarray
-    stash: np.ndarray
-    sc: np.ndarray
-    cnt: np.ndarray
-    capacity: int
-    n_nodes: int
-    heap_size: int
-    bits: int
-    split_refresh: bool
-    whole_node: bool
-    spare: int
-    shortfall: bool
-
-
 def radix_state(p: RadixParams, space: Space) -> RadixState:
     m = min(p.capacity, space.n_ids) + 1  # nodes per cache, its root included
     bits = m.bit_length()
@@ -441,6 +382,9 @@ def radix_state(p: RadixParams, space: Space) -> RadixState:
         p.whole_node,
         p.spare_pages,
         p.evict_shortfall,
+        np.zeros(0, np.int64) if space.output_lengths is None else space.output_lengths,
+        np.zeros(1, np.int64),
+        space.output_lengths is not None,
     )
 
 
@@ -448,227 +392,48 @@ def radix_is_resident(s, q, h):
     return s.node[ix(h)] >= 0
 
 
-@njit(inline="always")
-def _tick(s, q):
-    now = s.sc[ix(8 * q + _CLOCK)]
-    s.sc[ix(8 * q + _CLOCK)] = now + 1
-    return now
+@njit
+def _make_room(s, q, target, held, stamp):
+    """RadixReference._make_room: when fewer than ``target`` pages are free besides the
+    ``held`` pages of the running request, evict the shortfall (or all of ``target`` without
+    ``shortfall``); returns the blocks evicted."""
+    free = s.capacity - s.sc[ix(8 * q + SIZE)] - held
+    if free >= target:
+        return 0
+    return evict(s, q, target - free if s.shortfall else target, stamp)
 
 
 @njit
-def _compact(s, q, n):
-    """Keep the heap's live entries (their nodes' current time, no child), then heapify."""
-    e = 8 * q
-    base = q * s.heap_size
-    first = q * s.n_nodes
-    mask = (1 << s.bits) - 1
-    m = 0
-    for j in range(n):
-        key = s.heap[ix(base + j)]
-        x = first + (key & mask)
-        if s.time[ix(x)] == key >> s.bits:
-            if s.nchild[ix(x)] == 0:
-                s.heap[ix(base + m)] = key
-                m += 1
-            else:
-                s.queued[ix(x)] = False
-    if 2 * m > s.sc[ix(e + _HEAP_CAP)]:
-        s.sc[ix(e + _HEAP_CAP)] = min(2 * s.sc[ix(e + _HEAP_CAP)], s.heap_size)
-    heaps.heapify(s.heap, base, m)
-    return m
-
-
-@njit
-def _queue(s, q, x):
-    """Leaf ``x``'s current time into the heap, unless it is there."""
-    if s.queued[ix(x)]:
-        return
-    e = 8 * q
-    n = s.sc[ix(e + _HEAP_LEN)]
-    if n == s.sc[ix(e + _HEAP_CAP)]:
-        n = _compact(s, q, n)
-    key = (s.time[ix(x)] << s.bits) | (x - q * s.n_nodes)
-    heaps.push(s.heap, q * s.heap_size, n, key)
-    s.sc[ix(e + _HEAP_LEN)] = n + 1
-    s.queued[ix(x)] = True
-
-
-@njit
-def _refresh(s, q, x):
-    """A walk reaches ``x``: it gets the current time (queued again if a leaf)."""
-    s.time[ix(x)] = _tick(s, q)
-    s.queued[ix(x)] = False
-    if s.nchild[ix(x)] == 0:
-        _queue(s, q, x)
-
-
-@njit
-def _new_node(s, q, parent):
-    e = 8 * q
-    top = s.sc[ix(e + _FREE)] - 1
-    s.sc[ix(e + _FREE)] = top
-    x = s.free[ix(q * s.n_nodes + top)]
-    s.parent[ix(x)] = parent
-    s.nchild[ix(x)] = 0
-    s.queued[ix(x)] = False
-    s.time[ix(x)] = _tick(s, q)
-    return x
-
-
-@njit
-def _split(s, q, x, b):
-    """Node ``x``'s blocks up to ``b`` become a new node above it (created now), returned."""
-    u = _new_node(s, q, s.parent[ix(x)])
-    c = s.head[ix(x)]
-    s.head[ix(u)] = c
-    s.last[ix(u)] = b
-    while c != b:
-        s.node[ix(c)] = u
-        c = s.nxt[ix(c)]
-    s.node[ix(b)] = u
-    rest = s.nxt[ix(b)]
-    s.nxt[ix(b)] = -1
-    s.prv[ix(rest)] = -1
-    s.head[ix(x)] = rest
-    s.parent[ix(x)] = u
-    s.nchild[ix(u)] = 1
-    s.cnt[ix(q), _SPLITS] += 1
-    return u
-
-
-@njit
-def _run(s, ids, i, stop):
-    """From block ``ids[i]`` of its node, the last block of the node's run that ``ids[i:stop]``
-    follows, and the index after it."""
-    b = ids[ix(i)]
-    i += 1
-    while i < stop:
-        nx = s.nxt[ix(b)]
-        if nx < 0 or nx != ids[ix(i)]:
-            break
-        b = nx
-        i += 1
-    return b, i
-
-
-@njit
-def _match(s, q, ids, start, stop, stamp):
-    """RadixReference._match over ``ids[start:stop]`` (resident): refresh, split where the key
-    ends inside a node, mark the nodes walked."""
-    i = start
-    while i < stop:
-        x = s.node[ix(ids[ix(i)])]
-        b, i = _run(s, ids, i, stop)
-        split = i == stop and s.nxt[ix(b)] >= 0
-        if s.split_refresh or not split:
-            _refresh(s, q, x)
-        if split:
-            x = _split(s, q, x, b)
-        s.mark[ix(x)] = stamp
-
-
-@njit
-def _insert(s, q, ids, start, stop):
-    """RadixReference._insert over ``ids[start:stop]``: the leading blocks already in the tree
-    (all of them: ``stop - start``)."""
-    parent = q * s.n_nodes  # the root
-    i = start
-    leading = -1
-    added = 0
-    while i < stop:
-        x = s.node[ix(ids[ix(i)])]
-        if x < 0:  # the blocks up to the next resident one (or a repeat) make a new leaf
-            if leading < 0:
-                leading = i - start
-            leaf = _new_node(s, q, parent)
-            s.nchild[ix(parent)] += 1
-            s.head[ix(leaf)] = ids[ix(i)]
-            prev = -1
-            while i < stop and s.node[ix(ids[ix(i)])] < 0:
-                b = ids[ix(i)]
-                s.node[ix(b)] = leaf
-                s.prv[ix(b)] = prev
-                s.nxt[ix(b)] = -1
-                if prev >= 0:
-                    s.nxt[ix(prev)] = b
-                prev = b
-                added += 1
-                i += 1
-            s.last[ix(leaf)] = prev
-            _queue(s, q, leaf)
-            parent = leaf
-            continue
-        b, i = _run(s, ids, i, stop)
-        split = s.nxt[ix(b)] >= 0
-        if s.split_refresh or not split:
-            _refresh(s, q, x)
-        if split:
-            x = _split(s, q, x, b)
-        parent = x
-    s.sc[ix(8 * q + _SIZE)] += added
-    return stop - start if leading < 0 else leading
-
-
-@njit
-def _evict(s, q, n, stamp):
-    """RadixReference._evict: unlocked leaves, least recent first, until ``n`` blocks are
-    freed (or none is left); returns the blocks freed."""
-    e = 8 * q
-    base = q * s.heap_size
-    first = q * s.n_nodes
-    mask = (1 << s.bits) - 1
+def _decode(s, q, held, length, steps, bs, stamp):
+    """The reference's decode steps (``decode_pages``: positions ``length .. length + steps -
+    1``, a step taking a page when its position is a multiple of ``bs``), after the prefill
+    holds ``held`` pages: ``(held, blocks evicted)``. A loop over the pages, not the steps: a
+    run of steps that take no page is one ``_make_room(spare)``, since after one ``spare`` pages
+    are free besides the held ones or no unlocked leaf is left, and nothing changes before the
+    next step of the run. The run before the first page is none: the prefill made room for its
+    pages and the spare ones (or found no leaf left), so it would evict nothing."""
     evicted = 0
-    stashed = 0
-    while evicted < n and s.sc[ix(e + _HEAP_LEN)] > 0:
-        length = s.sc[ix(e + _HEAP_LEN)]
-        key = s.heap[ix(base)]
-        heaps.pop(s.heap, base, length)
-        s.sc[ix(e + _HEAP_LEN)] = length - 1
-        x = first + (key & mask)
-        if s.time[ix(x)] != key >> s.bits:
-            continue  # dead: an older time of x, or a freed node
-        s.queued[ix(x)] = False
-        if s.nchild[ix(x)] > 0:
-            continue  # not a leaf (any more)
-        if s.mark[ix(x)] == stamp:  # locked by the request: kept, queued again below
-            s.stash[ix(first + stashed)] = x
-            stashed += 1
-            continue
-        if s.whole_node or s.head[ix(x)] == s.last[ix(x)]:
-            b = s.head[ix(x)]
-            while b >= 0:
-                s.node[ix(b)] = -1
-                b = s.nxt[ix(b)]
-                evicted += 1
-            s.cnt[ix(q), _EVICTED_NODES] += 1
-            p = s.parent[ix(x)]
-            s.nchild[ix(p)] -= 1
-            s.time[ix(x)] = -1
-            top = s.sc[ix(e + _FREE)]
-            s.free[ix(first + top)] = x
-            s.sc[ix(e + _FREE)] = top + 1
-            if s.nchild[ix(p)] == 0 and p != first:
-                _queue(s, q, p)
-        else:  # its last block only; the node stays a leaf with its time
-            b = s.last[ix(x)]
-            s.node[ix(b)] = -1
-            pb = s.prv[ix(b)]
-            s.nxt[ix(pb)] = -1
-            s.last[ix(x)] = pb
-            evicted += 1
-            _queue(s, q, x)
-    for j in range(stashed):
-        _queue(s, q, s.stash[ix(first + j)])
-    s.sc[ix(e + _SIZE)] -= evicted
-    return evicted
+    stop = length + steps  # past the last step's position
+    page = -(-length // bs) * bs  # the first position that starts a page
+    while page < stop:
+        evicted += _make_room(s, q, max(s.spare, 1), held, stamp)
+        if held < s.capacity - s.sc[ix(8 * q + SIZE)]:
+            held += 1
+        if bs > 1 and page + 1 < stop:  # steps after it, before the next page (or the end)
+            evicted += _make_room(s, q, s.spare, held, stamp)
+        page += bs
+    return held, evicted
 
 
 def radix_request(s, q, ids, start, end_, length, rule):
-    """RadixReference.serve_request (its prefill; no decode step) for ``ids[start:end_]``, its
-    temporary pages from the rule's ``temp_from``. ``removed``: the accesses that leave no
-    resident block (temporary pages, recomputed blocks found in the tree, blocks that did not
-    fit, repeats)."""
+    """RadixReference.serve_request for ``ids[start:end_]``, its temporary pages from the rule's
+    ``temp_from``, its decode steps from its output length (``outputs``, with ``decode``: the
+    prefill holds the pages of the prompt, each decode step that starts a page takes the next).
+    ``removed``: the accesses that leave no resident block (temporary pages, recomputed blocks
+    found in the tree, blocks that did not fit, repeats)."""
     e = 8 * q
+    r = s.served[0]
+    s.served[0] = r + 1
     cached = temp_from(rule, ids, start, end_)
     k = start
     while k < cached and s.node[ix(ids[ix(k)])] >= 0:
@@ -676,27 +441,41 @@ def radix_request(s, q, ids, start, end_, length, rule):
     k -= start  # block hits: the leading resident blocks
     hit = min(k, scan_limit(rule, end_ - start, length))  # reused
     tokens = hit_tokens(rule, hit, length)
-    before = s.sc[ix(e + _SIZE)]
-    stamp = s.sc[ix(e + _STAMP)] + 1
-    s.sc[ix(e + _STAMP)] = stamp
-    _match(s, q, ids, start, start + hit, stamp)
-    need = end_ - start - hit  # the pages the prefill computes into
-    target = need + s.spare  # SGLang's page per request
-    free = s.capacity - s.sc[ix(e + _SIZE)]
-    evicted = 0
-    if free < target:
-        evicted = _evict(s, q, target - free if s.shortfall else target, stamp)
-    free = s.capacity - s.sc[ix(e + _SIZE)]
-    held = min(need, free)
+    before = s.sc[ix(e + SIZE)]
+    stamp = s.sc[ix(e + STAMP)] + 1
+    s.sc[ix(e + STAMP)] = stamp
+    match(s, q, ids, start, start + hit, stamp)
+    steps = 0  # decode steps whose tokens' KV is kept: all but the last sampled token's
+    pages = 0  # the pages they start, taken as they go (the rest is the prefill's)
+    if s.decode and s.outputs[ix(r)] > 1:
+        steps = s.outputs[ix(r)] - 1
+        bs = rule.block_size
+        pages = -(-(length + steps) // bs) - -(-length // bs)
+    need = end_ - start - hit - pages  # the pages the prefill computes into
+    evicted = _make_room(s, q, need + s.spare, 0, stamp)  # SGLang's page per request
+    held = min(need, s.capacity - s.sc[ix(e + SIZE)])
+    if steps > 0:
+        held, more = _decode(s, q, held, length, steps, rule.block_size, stamp)
+        evicted += more
     n_cached = hit + min(cached - start - hit, held)  # pages go to the cached blocks first
-    leading = _insert(s, q, ids, start, start + n_cached)
+    leading = insert(s, q, ids, start, start + n_cached)
     if leading > hit:
-        s.cnt[ix(q), _DUPLICATES] += leading - hit
-    added = s.sc[ix(e + _SIZE)] - before + evicted
+        s.cnt[ix(q), DUPLICATES] += leading - hit
+    added = s.sc[ix(e + SIZE)] - before + evicted
     return tokens, k, evicted, end_ - start - k - added
 
 
-STEPS = Steps(RadixState, radix_state, radix_is_resident, None, None, request=radix_request)
+# The request step calls the tree's compiled functions, in another file: the drivers' disk
+# cache is keyed by it too.
+STEPS = Steps(
+    RadixState,
+    radix_state,
+    radix_is_resident,
+    None,
+    None,
+    request=radix_request,
+    files=(radix_tree.__file__,),
+)
 
 
 def _state_bytes(p: RadixParams, n_blocks: int, n_accesses: int) -> int:
