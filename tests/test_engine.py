@@ -8,6 +8,7 @@ ever a faster way to the driver's numbers.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import numpy as np
@@ -373,3 +374,33 @@ def test_a_scenario_runs_its_composition(conversation: Trace) -> None:
         Scenario(hierarchy, cluster=cluster)
     with pytest.raises(ParameterError, match="block_size"):
         Scenario(params, 0)
+
+
+@pytest.mark.parametrize(
+    "module", ["prefixsim.engine.single", "prefixsim.engine.tiers", "prefixsim.cluster.driver"]
+)
+def test_a_drivers_disk_cache_key_covers_its_compiled_callees(module: str) -> None:
+    # numba's disk cache checks only the compiled function's own file: a compiled function a
+    # driver calls from another file must be in the driver's stamp (engine/build.py), or an
+    # edit of that file alone leaves a stale driver on disk (the cluster driver's prefill
+    # formula in cost.py was not, before).
+    import importlib
+    from pathlib import Path
+
+    from numba.core.registry import CPUDispatcher
+
+    from prefixsim import cost
+    from prefixsim.cluster import driver as cluster_driver
+    from prefixsim.engine import build
+
+    mod = importlib.import_module(module)
+    extra = cluster_driver._CALLEES if module == "prefixsim.cluster.driver" else ()
+    stamped = {*build._ALWAYS, *(Path(f).resolve() for f in extra)}
+    callees = {
+        Path(inspect.getsourcefile(f.py_func) or "").resolve()
+        for f in vars(mod).values()
+        if isinstance(f, CPUDispatcher)
+    }
+    if module == "prefixsim.cluster.driver":  # the load model's prefill time (cost.py)
+        assert Path(inspect.getsourcefile(cost.prefill_seconds.py_func) or "").resolve() in callees
+    assert callees <= stamped | {Path(mod.__file__ or "").resolve()}, callees - stamped

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import cost
 from ..cost import prefill_seconds
 from ..engine.rules import (
     EngineRule,
@@ -53,6 +54,7 @@ from ..engine.rules import (
 )
 from ..engine.steps import Space, Steps, is_resident, ix
 from ..semantics import Layout
+from . import routers
 from .routers import KERNEL_KV_AWARE
 
 
@@ -223,5 +225,11 @@ def run(
 
 
 def driver(steps: Steps, rule: type = SpecRule) -> Any:
-    """The compiled cluster driver of ``steps`` (a numba dispatcher)."""
-    return one_policy_driver(_template, steps, rule)
+    """The compiled cluster driver of ``steps`` (a numba dispatcher). Its disk cache is keyed
+    by the files of what it calls besides the engine's and the policies': numba checks only the
+    driver's own file, so an edit of the load model's prefill formula alone would otherwise
+    leave a stale compiled driver."""
+    return one_policy_driver(_template, steps, rule, _CALLEES)
+
+
+_CALLEES = (cost.__file__, routers.__file__)  # prefill_seconds, the router codes

@@ -38,7 +38,7 @@ drivers. It is a template too: each composition compiles its own copy, its step 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -297,10 +297,13 @@ def bound_names(steps: Steps, rule: type) -> dict[str, Any]:
 
 
 def one_policy_driver(
-    template: Callable[[str], Callable[..., Any]], steps: Steps, rule: type
+    template: Callable[[str], Callable[..., Any]],
+    steps: Steps,
+    rule: type,
+    files: Iterable[str] = (),
 ) -> Any:
     """``template`` (a driver of one policy's caches: the single cache, the cluster) compiled
-    for ``steps`` and ``rule`` (:func:`bound_names`), a numba dispatcher."""
-    return compiled(
-        template, (steps.state, rule), lambda: bound_names(steps, rule), steps.source_files()
-    )
+    for ``steps`` and ``rule`` (:func:`bound_names`), a numba dispatcher; ``files``: the
+    template's callees outside the engine and the policies (their edits recompile it)."""
+    files = [*steps.source_files(), *files]
+    return compiled(template, (steps.state, rule), lambda: bound_names(steps, rule), files)
