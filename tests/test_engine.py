@@ -404,3 +404,33 @@ def test_a_drivers_disk_cache_key_covers_its_compiled_callees(module: str) -> No
     if module == "prefixsim.cluster.driver":  # the load model's prefill time (cost.py)
         assert Path(inspect.getsourcefile(cost.prefill_seconds.py_func) or "").resolve() in callees
     assert callees <= stamped | {Path(mod.__file__ or "").resolve()}, callees - stamped
+
+
+def test_a_compiled_drivers_files_are_found_on_its_first_use_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Finding a function's source file costs about 0.1 ms, a sixth of a replay of the
+    # bundled trace: the drivers once asked for their steps' files on every call.
+    from test_cluster import TOY_LOAD, timed
+
+    trace = timed(make_trace([(2, ["a", "b"]), (2, ["a", "c"])]), [0, 1])
+    params = make_params("FIFO", 8)
+    run_all = [
+        lambda: replay_params(trace, params, 1),
+        lambda: replay_params(trace, params, 1, semantics="vllm"),
+        lambda: replay_tiers(
+            trace,
+            [{"policy": "FIFO", "capacity": 4}, {"policy": "LRU", "capacity": 8}],
+            block_size=1,
+        ),
+        lambda: replay_cluster_params(trace, params, 1, 2, make_router("kv_aware"), TOY_LOAD),
+    ]
+    for run in run_all:
+        run()  # compiled (or loaded) and found once
+
+    def refuse(*args: object) -> str:
+        raise AssertionError("a source file looked up again")
+
+    monkeypatch.setattr(inspect, "getsourcefile", refuse)
+    for run in run_all:
+        run()

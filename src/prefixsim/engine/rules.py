@@ -305,5 +305,9 @@ def one_policy_driver(
     """``template`` (a driver of one policy's caches: the single cache, the cluster) compiled
     for ``steps`` and ``rule`` (:func:`bound_names`), a numba dispatcher; ``files``: the
     template's callees outside the engine and the policies (their edits recompile it)."""
-    files = [*steps.source_files(), *files]
-    return compiled(template, (steps.state, rule), lambda: bound_names(steps, rule), files)
+    return compiled(
+        template,
+        (steps.state, rule),
+        lambda: bound_names(steps, rule),
+        lambda: [*steps.source_files(), *files],
+    )

@@ -64,8 +64,8 @@ def fast_kernel(template: Callable[[str], Callable[..., Any]], rule: type = Spec
     over the generic rule names) compiled for ``rule``: the rule's functions bound and inlined,
     as in the drivers (a numba dispatcher, kept on disk like theirs)."""
     kernel = _FAST.get((template, rule))
-    if kernel is None:  # (finding the template's file costs more than a small replay)
-        files = [inspect.getsourcefile(template) or ""]
+    if kernel is None:
+        files = lambda: [inspect.getsourcefile(template) or ""]  # noqa: E731
         kernel = compiled(template, (rule,), lambda: inline_all(RULES[rule].functions()), files)
         _FAST[(template, rule)] = kernel
     return kernel

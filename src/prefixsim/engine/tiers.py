@@ -177,10 +177,12 @@ def _template(stamp: str) -> Any:
 
 def driver(tiers: Sequence[Steps], rule: type = SpecRule) -> Any:
     """The compiled driver of a hierarchy of ``tiers`` (their steps, fastest first)."""
-    files = set().union(*(steps.source_files() for steps in tiers))
 
     def names() -> dict[str, Any]:
         return {**_dispatch(tiers), **inline_all(RULES[rule].functions())}
+
+    def files() -> set[str]:  # asked on first use only (compiled)
+        return set().union(*(steps.source_files() for steps in tiers))
 
     return compiled(_template, (*(s.state for s in tiers), rule), names, files)
 
