@@ -29,7 +29,8 @@ A policy's compiled form is a *state* and its *steps*, registered together as a 
                                   removed; returns ``(evictions, removed)``. Optional: the
                                   default is those steps (:func:`prefixsim.engine.rules.
                                   admit_and_free`); a policy's own form makes the room without
-                                  linking the blocks, equal to it (``tests/test_engine.py``)
+                                  linking the blocks, equal to it
+                                  (``tests/test_semantics_kernels.py``)
   ``request(s, q, ids, start,``   a *request-level* policy's whole request, in place of the
   ``end, length, rule)``          drivers' per-block one (SGLang's radix cache, ``RADIX``):
                                   see below. Optional; such a policy gives no ``hit`` and
