@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import Semantics, load_trace, make_params, replay_params
-from prefixsim.semantics import reference_replay
+from prefixsim.mode_replay import reference_replay
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, float]:

@@ -25,8 +25,8 @@ import time
 import numpy as np
 
 import prefixsim
+from prefixsim.mode_replay import reference_replay
 from prefixsim.oracles import sglang_radix, vllm_v1
-from prefixsim.semantics import reference_replay
 
 BS = 512
 

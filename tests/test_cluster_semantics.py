@@ -19,9 +19,9 @@ from prefixsim import ParameterError, Semantics, load_model, make_params, replay
 from prefixsim.cluster import LoadModel, make_router, replay_cluster, replay_cluster_params
 from prefixsim.cost import prefill_cost
 from prefixsim.hardware import HardwareProfile
+from prefixsim.mode_replay import reference_only, replay_arrays
 from prefixsim.models import ModelProfile
 from prefixsim.policies import get_policy, policy_names
-from prefixsim.semantics import reference_only, replay_arrays
 from strategies import policy_params
 from test_cluster import REAL_LOAD, TOY_LOAD, assert_same, timed
 

@@ -25,8 +25,8 @@ from prefixsim.cost import (
     prefill_flops_reference,
 )
 from prefixsim.hardware import HardwareProfile
+from prefixsim.mode_replay import reference_replay
 from prefixsim.models import ModelProfile, load_model
-from prefixsim.semantics import reference_replay
 
 # 2 layers, 2 heads of query/key dim 6 (4 without RoPE + 2 RoPE) and value dim 4, latent 3.
 TOY_MLA = ModelProfile(

@@ -27,8 +27,9 @@ from engine_traces import (
     vllm_point,
 )
 from prefixsim import make_params
+from prefixsim.mode_replay import reference_replay
 from prefixsim.oracles import sglang_radix, vllm_v1
-from prefixsim.semantics import Semantics, reference_replay
+from prefixsim.semantics import Semantics
 
 BS = 4
 

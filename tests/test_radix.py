@@ -25,9 +25,10 @@ from conftest import bundled_head, make_trace
 from engine_traces import ENGINE_MODES, EngineCase, engine_requests, sglang_point
 from prefixsim import Trace, make_params, replay, replay_params
 from prefixsim.cluster import LoadModel, make_router, replay_cluster_params
+from prefixsim.mode_replay import reference_only, reference_replay, replay_arrays
 from prefixsim.oracles import sglang_radix
 from prefixsim.policies import PolicyParams
-from prefixsim.semantics import Semantics, reference_only, reference_replay, replay_arrays
+from prefixsim.semantics import Semantics
 from strategies import BLOCK_SIZES, conversations
 from sweep import ExecutorConfig, SweepConfig, run_sweep
 from test_equivalence import assert_engines_agree

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from conftest import make_trace
 from engine_traces import engine_requests, engine_trace
 from prefixsim import ParameterError, make_params, replay_params
+from prefixsim.mode_replay import reference_replay
 from prefixsim.policies import policy_names
 from prefixsim.semantics import (
     SEMANTICS,
@@ -27,7 +28,6 @@ from prefixsim.semantics import (
     Semantics,
     check_fits,
     hit_tokens,
-    reference_replay,
     request_blocks,
 )
 from strategies import conversations, policy_params

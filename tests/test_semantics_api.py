@@ -25,9 +25,9 @@ from engine_traces import (
 )
 from prefixsim import ParameterError, Semantics, make_params, replay, replay_params
 from prefixsim.cluster import replay_cluster
+from prefixsim.mode_replay import reference_only, reference_replay, replay_arrays
 from prefixsim.oracles import sglang_radix
 from prefixsim.policies import get_policy, policy_names
-from prefixsim.semantics import reference_only, reference_replay, replay_arrays
 from prefixsim.tiers import replay_tiers
 from strategies import conversations, policy_params
 

@@ -5,7 +5,7 @@ The fast kernels (LRU, S3FIFO, S3FIFO_LCS) are compiled per hit rule from one te
 (``prefixsim.engine.single.fast_kernel``): under ``EngineRule`` they cap the scan, count whole
 blocks and take the request's temporary blocks out of their queues (S3FIFO's rings, LCS's rings)
 when it ends. Held equal per request to the driver over the policy's steps and to the plain
-reference (``prefixsim.semantics.reference_replay``), on the engine-shaped traces of
+reference (``prefixsim.mode_replay.reference_replay``), on the engine-shaped traces of
 tests/engine_traces.py and on conversations with ``hash_ids`` shorter than the prompt (several
 temporary blocks per request, which push each other through a small S).
 """
@@ -29,14 +29,14 @@ from prefixsim import ParameterError, Semantics, make_params, replay
 from prefixsim.engine import single
 from prefixsim.engine.rules import EngineRule
 from prefixsim.engine.steps import Space, Steps, declared_state, extend_state
-from prefixsim.policies import get_policy, policy_names
-from prefixsim.semantics import (
+from prefixsim.mode_replay import (
     _one_slot_small_queue,
     _with_capacity,
-    engine_layout,
     reference_replay,
     replay_arrays,
 )
+from prefixsim.policies import get_policy, policy_names
+from prefixsim.semantics import engine_layout
 
 FAST = ["LRU", "S3FIFO", "S3FIFO_LCS"]
 HELD = [*FAST, "LRU_LEAF", "S3FIFO_LEAF", "LRU_TAIL_FIRST"]

@@ -28,9 +28,10 @@ from ._exact import MAX_BLOCK_SIZE, HitTotals
 from .engine import single
 from .errors import ParameterError
 from .first_use import noted
+from .mode_replay import check_arrays, replay_arrays
 from .policies import PolicyParams, ReferencePolicy, get_policy
 from .policies.base import check_int, check_state_fits
-from .semantics import Semantics, check_arrays, replay_arrays
+from .semantics import Semantics
 from .trace import Trace, check_block_size_matches, load_trace
 
 Engine = Literal["kernel", "reference"]
@@ -165,7 +166,7 @@ def replay_params(
     semantics: Semantics | str | None = None,
 ) -> ReplayResult:
     """Replay with already validated ``params`` (what the sweep calls for every grid point).
-    Under an engine's semantics the replay is :func:`prefixsim.semantics.replay_arrays`'s (the
+    Under an engine's semantics the replay is :func:`prefixsim.mode_replay.replay_arrays`'s (the
     result's ``engine`` says which engine ran)."""
     sem = Semantics.of(semantics)
     block_size = check_replay(trace, params, block_size, engine=engine, semantics=sem)
@@ -214,7 +215,7 @@ def check_replay(
     check before a sweep's run): the block size (bounded so that ``k * block_size`` cannot
     overflow the kernels' int64) and the trace's, the engine, the policy's compiled steps and
     their state for this trace (refused if it cannot fit in memory), or an engine semantics'
-    refusals (:func:`prefixsim.semantics.check_arrays`). Returns the block size, checked."""
+    refusals (:func:`prefixsim.mode_replay.check_arrays`). Returns the block size, checked."""
     sem = Semantics.of(semantics)
     block_size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
     check_engine(engine)

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ParameterError
+from .mode_replay import check_arrays
 from .policies import PolicyParams, get_policy
 from .policies.base import check_int
 from .replay import MAX_BLOCK_SIZE, Engine, ReplayResult
-from .semantics import Semantics, check_arrays
+from .semantics import Semantics
 from .tiers import Hierarchy, TieredResult, check_hierarchy, replay_hierarchy
 from .trace import Trace
 

@@ -50,30 +50,25 @@ Sources (read with the search tool; the commit is the stored snapshot each file 
   ``RadixCache.match_prefix`` (page alignment) and ``cache_finished_req`` (95769b280eaa);
   the paged allocator's ``free_pages = arange(1, num_pages + 1)`` (page 0 kept for padding).
 
-:func:`reference_replay` is the plain-Python replay of one cache under a semantics over any
-:class:`~prefixsim.policies.ReferencePolicy`; under ``spec`` it is the replay loop of
-:mod:`prefixsim.replay` step for step.
+The replays under these rules (the plain reference, the dispatch to the compiled driver) are
+:mod:`prefixsim.mode_replay`'s. The compiled layout of a trace (:func:`engine_layout`) is here:
+its kernels call the compiled :func:`request_blocks`, and numba's disk cache (``cache=True``)
+checks only the file of the function it compiled, so a kernel calling a compiled function of
+another file could run a stale build of it after that file is edited. Keep them together.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import threading
 import weakref
-from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-from .engine import single
-from .engine.rules import EngineRule
 from .engine.steps import ix
 from .errors import ParameterError
-from .policies import PolicyParams, PolicySpec, ReferencePolicy, get_policy
-from .policies.base import check_state_fits
 from .trace import Trace
 
 SPEC, VLLM, SGLANG = 0, 1, 2
@@ -271,157 +266,6 @@ def check_fits(semantics: Semantics, trace: Trace, capacity: int, block_size: in
         )
 
 
-@runtime_checkable
-class RequestLevelPolicy(Protocol):
-    """A policy that serves a whole request itself (SGLang's radix cache, :mod:`RADIX
-    <prefixsim.policies.radix>`): it matches the request's prefix in its own structure and
-    handles the temporary blocks with its own allocation rule."""
-
-    def prefix_blocks(self, blocks: Sequence[Hashable]) -> int:
-        """Leading ``blocks`` resident now (no state change)."""
-        ...
-
-    def serve_request(
-        self, blocks: Sequence[Hashable], hit: int, n_temp: int, decode: Sequence[bool]
-    ) -> None:
-        """Serve a request whose ``hit`` leading cached ``blocks`` are reused and which holds
-        ``n_temp`` temporary blocks while it runs; ``decode`` (:func:`decode_pages`) says which
-        of its decode steps take a block."""
-        ...
-
-
-class _Fresh:
-    """Hashes no trace block has: the output blocks' and the temporary blocks'. Negative
-    integers (trace ids are non-negative), unique over one replay."""
-
-    def __init__(self) -> None:
-        self._next = itertools.count(-1, -1)
-
-    def take(self, n: int) -> list[int]:
-        return [next(self._next) for _ in range(n)]
-
-
-def request_accesses(
-    trace: Trace, semantics: Semantics, block_size: int
-) -> tuple[list[list[Hashable]], list[list[Hashable]], list[int]]:
-    """Every request's blocks under ``semantics`` (:func:`request_blocks`), for the plain
-    references: ``(cached, temporary, max_hit)`` per request. ``cached[r]`` are its cached
-    blocks (its first ``n_prompt`` hashes, then ``n_output`` output blocks), ``temporary[r]``
-    the blocks it holds and never caches; both new ones get hashes no trace block has
-    (:class:`_Fresh`, negative integers, unique over the trace). Under ``spec``: its hashes,
-    none temporary, ``max_hit`` all of them."""
-    block_ids = trace.block_ids.tolist()
-    offsets = trace.offsets.tolist()
-    lengths = trace.input_lengths.tolist()
-    outputs = trace.output_lengths.tolist()
-    fresh = _Fresh()
-    cached: list[list[Hashable]] = []
-    temps: list[list[Hashable]] = []
-    max_hits: list[int] = []
-    for r in range(trace.n_requests):
-        hashes = block_ids[offsets[r] : offsets[r + 1]]
-        n_prompt, n_output, n_temp, max_hit = semantics.request_blocks(
-            lengths[r], outputs[r], len(hashes), block_size
-        )
-        cached.append([*hashes[:n_prompt], *fresh.take(n_output)])
-        temps.append(list(fresh.take(n_temp)))
-        max_hits.append(max_hit)
-    return cached, temps, max_hits
-
-
-def reference_replay(
-    trace: Trace,
-    params: PolicyParams,
-    block_size: int,
-    semantics: Semantics | str | None = None,
-) -> tuple[np.ndarray, int, dict[str, int]]:
-    """Replay ``trace`` through the reference of ``params.policy`` under ``semantics``:
-    ``(hit_tokens per request, final_cache_blocks, counters)``.
-
-    For every request in trace order (:func:`request_blocks` gives its layout):
-
-    1. ``k`` = leading cached blocks resident at arrival (the policy's own prefix match for a
-       :class:`RequestLevelPolicy`), hit tokens by :func:`hit_tokens`;
-    2. the cached blocks, then the temporary ones, are accessed in order through the policy
-       (``access_request``); a request-level policy serves the request instead;
-    3. the temporary blocks then leave the cache (``remove``) unless vLLM frees them to the back.
-
-    The policy is built with the usable capacity (``capacity - 1`` under vLLM: the null block);
-    ``final_cache_blocks`` counts the blocks the policy holds at the end (under vLLM "back",
-    including the freed temporary blocks still in the cache). Counters are the policy's plus
-    ``temporary_blocks`` (blocks held for a request and never cached) under the engine modes.
-    Under ``spec`` this is :mod:`prefixsim.replay`'s reference loop exactly."""
-    sem = Semantics.of(semantics)
-    spec = get_policy(params.policy)
-    if sem.name != "spec":
-        check_fits(sem, trace, params.capacity, block_size)
-        params = _with_capacity(params, sem.usable_capacity(params.capacity))
-    lengths = trace.input_lengths.tolist()
-    outputs = trace.output_lengths.tolist()
-    code = sem.code
-    # The accesses of every request, built first so that an offline policy sees the stream it
-    # will be replayed with (output and temporary blocks included).
-    cached, temps, max_hits = request_accesses(trace, sem, block_size)
-    cache = spec.reference(params)
-    stream: list[Hashable] = []
-    stream_offsets = [0]
-    for blocks, held in zip(cached, temps, strict=True):
-        stream.extend(blocks)
-        stream.extend(held)
-        stream_offsets.append(len(stream))
-    cache.prepare(stream, stream_offsets)
-    out = np.empty(trace.n_requests, np.int64)
-    n_temps = 0
-    for r, blocks in enumerate(cached):
-        n_temps += len(temps[r])
-        out[r] = engine_request(
-            cache, blocks, temps[r], max_hits[r], lengths[r], outputs[r], block_size, sem,
-            params.policy,
-        )  # fmt: skip
-    counters = dict(cache.counters)
-    if code != SPEC:
-        # the accesses made: the cached blocks (prompt and output) and the temporary ones
-        counters["block_accesses"] = len(stream)
-        counters["temporary_blocks"] = n_temps
-    return out, cache.resident_count(), counters
-
-
-def leading_blocks(cache: ReferencePolicy, blocks: Sequence[Hashable]) -> int:
-    """How many leading ``blocks`` are resident in ``cache`` now (read-only): the policy's own
-    prefix match for a :class:`RequestLevelPolicy`."""
-    if isinstance(cache, RequestLevelPolicy):
-        return cache.prefix_blocks(blocks)
-    k = 0
-    while k < len(blocks) and cache.is_resident(blocks[k]):
-        k += 1
-    return k
-
-
-def engine_request(
-    cache: ReferencePolicy, blocks: Sequence[Hashable], held: Sequence[Hashable], max_hit: int,
-    input_length: int, output_length: int, block_size: int, semantics: Semantics, policy: str,
-) -> int:  # fmt: skip
-    """One request of :func:`reference_replay` on one reference cache (a cluster's instance
-    too): its hit tokens at arrival (:func:`leading_blocks`, :func:`hit_tokens`), then its
-    cached ``blocks`` and its temporary ones (``held``) accessed in order, then ``held``
-    released unless vLLM frees them to the back; a :class:`RequestLevelPolicy` serves the
-    request itself."""
-    k = leading_blocks(cache, blocks)
-    tokens = hit_tokens(semantics.code, k, max_hit, input_length, block_size)
-    if isinstance(cache, RequestLevelPolicy):
-        outputs = semantics.cache_output_blocks
-        decode = decode_pages(input_length, output_length, block_size, outputs)
-        cache.serve_request(blocks, min(k, max_hit), len(held), decode)
-        return tokens
-    if not held:
-        cache.access_request(blocks)
-        return tokens
-    cache.access_request([*blocks, *held])
-    if semantics.free_front:
-        _release(cache, held, policy)
-    return tokens
-
-
 @dataclass(frozen=True)
 class Layout:
     """A trace's accesses under an engine's semantics, as dense ids for a compiled driver
@@ -434,7 +278,7 @@ class Layout:
     n_ids: int
     """Ids are ``0 .. n_ids - 1``: the trace's blocks, then the output blocks, then the
     temporary blocks (from :attr:`temp_base`), each output and temporary block an id of its
-    own (:class:`_Fresh`'s hashes)."""
+    own (:class:`~prefixsim.mode_replay._Fresh`'s hashes)."""
     temp_base: int
     n_output: int
     n_temp: int
@@ -525,9 +369,10 @@ _LAYOUTS_LOCK = threading.Lock()
 
 
 def engine_layout(trace: Trace, semantics: Semantics, block_size: int) -> Layout:
-    """The accesses :func:`reference_replay` makes under an engine's ``semantics``, request by
-    request (:func:`request_blocks`: the first ``n_prompt`` hashes, ``n_output`` output blocks,
-    ``n_temp`` temporary blocks), with dense ids: compiled, in two passes over the trace.
+    """The accesses :func:`~prefixsim.mode_replay.reference_replay` makes under an engine's
+    ``semantics``, request by request (:func:`request_blocks`: the first ``n_prompt`` hashes,
+    ``n_output`` output blocks, ``n_temp`` temporary blocks), with dense ids: compiled, in two
+    passes over the trace.
 
     Kept while ``trace`` lives (its last two layouts, of up to 2**26 ids each), so that a sweep
     over policies and capacities lays a trace out once: the layout depends only on
@@ -577,159 +422,3 @@ def _lay_out(trace: Trace, semantics: Semantics, block_size: int) -> Layout:
     return Layout(
         ids, offsets, int(n_ids), int(temp_base), int(n_output), int(n_temp), int(longest)
     )
-
-
-def compiled_replay(
-    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, spec: PolicySpec
-) -> tuple[np.ndarray, int, dict[str, int]]:
-    """:func:`reference_replay`'s results from the single-cache replay under
-    :class:`~prefixsim.engine.rules.EngineRule` (the policy's fast kernel if it has one, else
-    the driver over its steps): the same capacity (the null block), the same accesses
-    (:func:`engine_layout`), the temporary blocks removed by the rule."""
-    assert spec.steps is not None
-    usable = semantics.usable_capacity(params.capacity)
-    layout = engine_layout(trace, semantics, block_size)
-    if layout.longest > usable:
-        check_fits(semantics, trace, params.capacity, block_size)  # its one-line refusal
-    params = _with_capacity(params, usable)
-    frees = spec.steps.removable or not spec.steps.per_block  # a request step frees its own
-    if layout.n_temp and semantics.free_front and not frees:
-        # the reference refuses at the first request that holds one (its last temporary
-        # block is resident when the request ends): refuse before any replay
-        raise _no_removal(params.policy)
-    check_state_fits(params, layout.n_ids, len(layout.ids))
-    rule = EngineRule.of(block_size, layout.temp_base, semantics.free_front)
-    hits, final, counters = single.run(
-        spec,
-        params,
-        layout.ids,
-        layout.offsets,
-        trace.input_lengths,
-        layout.n_ids,
-        block_size,
-        rule=rule,
-        output_lengths=trace.output_lengths if semantics.cache_output_blocks else None,
-    )
-    counters["block_accesses"] = len(layout.ids)
-    counters["temporary_blocks"] = layout.n_temp
-    return hits, final, counters
-
-
-def replay_arrays(
-    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, engine: str
-) -> tuple[np.ndarray, int, dict[str, int], Literal["kernel", "reference"]]:
-    """The one dispatch of a replay under an engine's semantics (``vllm``, ``sglang``), for
-    every entry point (:func:`prefixsim.replay_params`, the cluster's instances):
-    ``(hit_tokens per request, final_cache_blocks, counters, engine that ran)``.
-
-    ``engine="kernel"`` runs the compiled single-cache driver (:func:`compiled_replay`) for a
-    policy with steps; ``engine="reference"``, a policy without steps and the points
-    :func:`reference_only` names run :func:`reference_replay`. The result says which ran."""
-    if semantics.name == "spec":  # the callers run the specification's own engines
-        raise ValueError("replay_arrays is the engine modes' dispatch; spec has its own")
-    spec = get_policy(params.policy)
-    if engine == "kernel" and spec.steps is not None:
-        if reference_only(params, semantics):
-            hit_tokens, final, counters = reference_replay(trace, params, block_size, semantics)
-            return hit_tokens, final, counters, "reference"
-        hit_tokens, final, counters = compiled_replay(trace, params, block_size, semantics, spec)
-        return hit_tokens, final, counters, "kernel"
-    hit_tokens, final, counters = reference_replay(trace, params, block_size, semantics)
-    return hit_tokens, final, counters, "reference"
-
-
-def check_arrays(
-    trace: Trace, params: PolicyParams, block_size: int, semantics: Semantics, engine: str
-) -> None:
-    """Every refusal :func:`replay_arrays` makes, asked without replaying or allocating (what a
-    check before a replay calls, :func:`prefixsim.scenario.check_scenario`): a request no engine
-    could schedule (:func:`check_fits`), the policy at the usable capacity, a policy without
-    removal when a request holds a temporary block it must free, and the compiled driver's state
-    for the accesses the layout makes (:func:`_layout_sizes`: counted, not laid out)."""
-    spec = get_policy(params.policy)
-    kept = _kept_layout(trace, semantics, block_size)  # its counts: no pass over the trace
-    if kept is None or kept.longest > semantics.usable_capacity(params.capacity):
-        check_fits(semantics, trace, params.capacity, block_size)
-    usable = _with_capacity(params, semantics.usable_capacity(params.capacity))
-    request_level = hasattr(spec.reference, "serve_request")  # frees its own pages
-    compiled = engine == "kernel" and spec.steps is not None
-    if compiled and reference_only(params, semantics):
-        compiled = False  # the reference replays it
-    if request_level or not semantics.free_front:
-        removable = True  # a request-level policy frees no block; vLLM "back" removes none
-    else:
-        removable = spec.steps.removable if compiled else spec.reference.removable  # type: ignore[union-attr]
-    if compiled or not removable:
-        if kept is not None:
-            n_accesses, n_output, n_temp = len(kept.ids), kept.n_output, kept.n_temp
-        else:
-            sizes = (trace.offsets, trace.input_lengths, trace.output_lengths, block_size)
-            n_accesses, n_output, n_temp = _layout_sizes(
-                semantics.code, *sizes, semantics.cache_output_blocks
-            )
-        if n_temp and not removable:
-            # the compiled driver refuses before its replay; the reference at the first
-            # request that holds a temporary block (its last one is resident when it ends)
-            raise _no_removal(params.policy)
-        if compiled:
-            check_state_fits(usable, trace.n_blocks + int(n_output) + int(n_temp), int(n_accesses))
-
-
-def reference_only(params: PolicyParams, semantics: Semantics) -> bool:
-    """Whether ``params`` under an engine's ``semantics`` runs on the reference though its
-    policy has steps: ``S3FIFO_LCS`` with a small queue of one slot
-    (:func:`_one_slot_small_queue`). (A request-level policy caching output blocks runs
-    compiled: its state gets the requests' output lengths, ``Space.output_lengths``, for the
-    pages its decode steps take, :func:`decode_pages`.)"""
-    return _one_slot_small_queue(params, semantics)
-
-
-def _one_slot_small_queue(params: PolicyParams, semantics: Semantics) -> bool:
-    """Whether ``params`` at the usable capacity is S3FIFO_LCS with a small queue of one slot:
-    it admits nothing, which its steps cannot express and refuse (``policies/s3fifo_lcs.py``);
-    the reference replays it, as the fast kernel does under ``spec``. (A capacity the policy
-    refuses outright is refused here, by both engines alike.)"""
-    if params.policy != "S3FIFO_LCS":
-        return False
-    usable = _with_capacity(params, semantics.usable_capacity(params.capacity))
-    return getattr(usable, "small_cap", 0) == 1
-
-
-def _release(cache: ReferencePolicy, held: Sequence[Hashable], policy: str) -> None:
-    """Free a request's temporary blocks: each leaves the cache (the slot is free) if the
-    request's own admissions have not evicted it already."""
-    for h in held:
-        if not cache.is_resident(h):
-            continue
-        try:
-            cache.remove(h)
-        except NotImplementedError:
-            raise _no_removal(policy) from None
-
-
-def _no_removal(policy: str) -> ParameterError:
-    return ParameterError(
-        "policy",
-        policy,
-        "has no removal step, which the engine semantics need to free a request's "
-        "partial block (vLLM with unhashed_free=back does not)",
-    )
-
-
-def _with_capacity(params: PolicyParams, capacity: int) -> PolicyParams:
-    """``params`` with another capacity, validated again (a policy whose queues need more
-    blocks refuses the usable capacity, naming it)."""
-    try:
-        return _with_capacity_kept(params, capacity)
-    except TypeError:  # a field that cannot be hashed (a researcher's policy): not kept
-        return _with_capacity_new(params, capacity)
-
-
-def _with_capacity_new(params: PolicyParams, capacity: int) -> PolicyParams:
-    values = {k: v for k, v in params.to_dict().items() if k != "policy"}
-    values["capacity"] = capacity
-    return type(params)(**values)
-
-
-# Parameters are frozen: the validation (a tenth of a small replay) runs once per point.
-_with_capacity_kept = functools.lru_cache(maxsize=1024)(_with_capacity_new)

@@ -4,7 +4,7 @@ instance is one cache of that engine, and the routing is unchanged.
 For the routers that look at neither the caches nor the load (``round_robin``, ``random``,
 ``session``: they have an ``assign``): the router assigns every request first, as under the
 specification, and each instance's sub-trace (its requests in trace order) is replayed as one
-engine cache (:func:`prefixsim.semantics.replay_arrays`), exact because the instances are
+engine cache (:func:`prefixsim.mode_replay.replay_arrays`), exact because the instances are
 independent. The load model then queues the requests on their instances with the hit tokens
 the engine's rule gave. The routers that read the caches or the loads (``least_loaded``,
 ``kv_aware``) run the cluster driver under the engine's rule instead
@@ -17,7 +17,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..semantics import Semantics, replay_arrays
+from ..mode_replay import replay_arrays
+from ..semantics import Semantics
 from ..trace import Trace
 from .load import LoadModel, fcfs_kernel
 from .reference import RawCluster, Setup

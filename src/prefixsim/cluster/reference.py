@@ -4,7 +4,7 @@ The reference driver of a cluster: one reference policy per instance; for each r
 order the router chooses an instance from the caches and loads as they are at arrival, the
 request is replayed there by the single cache's reference request
 (:func:`prefixsim.replay.reference_request`; under an engine's semantics
-:func:`prefixsim.semantics.engine_request`, the request's cached blocks then its temporary ones,
+:func:`prefixsim.mode_replay.engine_request`, the request's cached blocks then its temporary ones,
 each instance at its usable capacity), and the load model queues it first come first served. An
 offline policy (behind a static router only) is first told each instance's future.
 """
@@ -17,17 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..mode_replay import _with_capacity, engine_request, leading_blocks, request_accesses
 from ..policies import PolicyParams, ReferencePolicy, get_policy
 from ..replay import reference_request
-from ..semantics import (
-    Semantics,
-    _with_capacity,
-    check_fits,
-    engine_request,
-    hit_tokens,
-    leading_blocks,
-    request_accesses,
-)
+from ..semantics import Semantics, check_fits, hit_tokens
 from ..trace import Trace
 from .load import LoadModel, prefill_seconds
 from .routers import RouterParams, get_router

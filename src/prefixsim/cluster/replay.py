@@ -33,11 +33,12 @@ from ..engine import single
 from ..errors import ParameterError
 from ..first_use import noted
 from ..hardware import HardwareProfile
+from ..mode_replay import _no_removal, _with_capacity, reference_only
 from ..models import ModelProfile
 from ..policies import PolicyParams, get_policy
 from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, check_engine, make_params
-from ..semantics import Semantics, _no_removal, _with_capacity, engine_layout, reference_only
+from ..semantics import Semantics, engine_layout
 from ..semantics import check_fits as check_engine_fits
 from ..trace import Trace, load_trace
 from . import driver as cluster_driver

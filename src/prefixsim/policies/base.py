@@ -352,7 +352,7 @@ class PolicySpec:
                 self.name,
                 "has no compiled steps yet, so no compiled kernel runs it (one cache, a tier, "
                 "a cluster: docs/policies.md, 'Refusals'); from Python, replay(..., "
-                "engine='reference') or prefixsim.semantics.reference_replay does",
+                "engine='reference') or prefixsim.mode_replay.reference_replay does",
             )
         if params is not None and self.steps.refuse is not None:
             self.steps.refuse(params)

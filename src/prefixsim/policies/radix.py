@@ -165,7 +165,7 @@ class RadixReference(ReferencePolicy):
         # The specification's replay: every block cached, the whole resident prefix reused.
         self.serve_request(hash_ids, self.prefix_blocks(hash_ids), 0)
 
-    # --- request-level hooks (prefixsim.semantics.RequestLevelPolicy) ----------------------
+    # --- request-level hooks (prefixsim.mode_replay.RequestLevelPolicy) --------------------
 
     def prefix_blocks(self, blocks: Sequence[Hashable]) -> int:
         k = 0

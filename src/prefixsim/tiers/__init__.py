@@ -27,17 +27,11 @@ from ..engine import tiers as tiers_driver
 from ..engine.rules import EngineRule, SpecRule
 from ..errors import ParameterError
 from ..first_use import noted
+from ..mode_replay import _no_removal, _with_capacity
 from ..policies import get_policy
 from ..policies.base import check_int, check_state_fits
 from ..replay import MAX_BLOCK_SIZE, Engine, _as_trace, check_engine
-from ..semantics import (
-    Semantics,
-    _layout_sizes,
-    _no_removal,
-    _with_capacity,
-    check_fits,
-    engine_layout,
-)
+from ..semantics import Semantics, _layout_sizes, check_fits, engine_layout
 from ..trace import Trace, check_block_size_matches
 from .model import (
     COUNTER_NAMES,

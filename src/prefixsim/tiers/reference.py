@@ -7,7 +7,7 @@ driver calls them (``prefixsim.engine.tiers``), so every tier behaves exactly as
 cache does; only the moves between tiers are new here.
 
 Under an engine's semantics (``docs/semantics.md``, "In a hierarchy") each request's blocks are
-those of :func:`prefixsim.semantics.request_accesses` (its cached blocks, then its temporary
+those of :func:`prefixsim.mode_replay.request_accesses` (its cached blocks, then its temporary
 ones); the scan stops at the engine's cap and counts whole blocks; a temporary block is
 admitted to tier 0 only, is never demoted, and leaves tier 0 when its request ends (unless vLLM
 frees it to the back of its queue).
@@ -19,9 +19,10 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from ..mode_replay import _release, request_accesses
 from ..policies import ReferencePolicy, get_policy
 from ..policies.base import DEMOTED
-from ..semantics import SPEC, Semantics, _release, hit_tokens, request_accesses
+from ..semantics import SPEC, Semantics, hit_tokens
 from ..trace import Trace
 from .model import COUNTER_NAMES, Tier, block_tokens
 
