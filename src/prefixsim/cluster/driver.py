@@ -5,7 +5,8 @@ in one compiled pass, for any policy.
 Invariants (``docs/cluster.md``): requests in trace order; for request ``r`` arriving at
 ``arrival[r]``:
 
-1. route: the instance of lowest cost, ties to the lowest index; the cost is the load
+1. route: the instance of lowest cost, ties to the lowest index (so the first instance of
+   cost 0, an idle one under ``least_loaded``, ends the search); the cost is the load
    ``max(free_i, t) - t``, plus for ``kv_aware`` ``overlap_weight`` times the estimated
    prefill time of the request's hit tokens on instance ``i`` (its prefix read with
    ``is_resident`` only, as the caches are at arrival);
@@ -100,6 +101,8 @@ def _template(stamp: str) -> Any:
                 if best < 0 or cost < best_cost:
                     best = i
                     best_cost = cost
+                    if cost == 0.0:  # no cost is below 0: no later instance can win
+                        break
             i = best
             instance[ix(r)] = i
             # The request's blocks as instance i's pair ids (a new pair at a first access).
