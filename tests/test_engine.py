@@ -434,3 +434,42 @@ def test_a_compiled_drivers_files_are_found_on_its_first_use_only(
     monkeypatch.setattr(inspect, "getsourcefile", refuse)
     for run in run_all:
         run()
+
+
+def test_no_disk_cached_kernel_calls_a_compiled_function_of_another_file() -> None:
+    # The same hazard for the package's own @njit(cache=True) kernels, which have no stamp:
+    # numba would keep a kernel compiled against an old version of a callee in another file
+    # (inlined or called), and a developer's edit of that file alone would run stale code.
+    # (The cluster's FCFS queue called cost.prefill_seconds so, before.)
+    import importlib
+    import pkgutil
+    import types
+
+    from numba.core.caching import FunctionCache
+    from numba.core.registry import CPUDispatcher
+
+    import prefixsim
+
+    crossing = []
+    for info in pkgutil.walk_packages(prefixsim.__path__, "prefixsim."):
+        if info.name.endswith("__main__"):
+            continue
+        mod = importlib.import_module(info.name)
+        for name, fn in vars(mod).items():
+            if not isinstance(fn, CPUDispatcher) or fn.py_func.__module__ != info.name:
+                continue
+            if not isinstance(fn._cache, FunctionCache):  # not cached on disk
+                continue
+            here = inspect.getsourcefile(fn.py_func)
+            names = fn.py_func.__code__.co_names
+            scope = fn.py_func.__globals__
+            # a global name, or an attribute of a module it names (``cost.prefill_seconds``)
+            found = [scope.get(n) for n in names]
+            modules = [m for m in found if isinstance(m, types.ModuleType)]
+            found += [getattr(m, n, None) for m in modules for n in names]
+            for callee in found:
+                if isinstance(callee, CPUDispatcher):
+                    there = inspect.getsourcefile(callee.py_func)
+                    if there != here:
+                        crossing.append(f"{info.name}.{name} -> {callee.py_func.__qualname__}")
+    assert crossing == [], crossing

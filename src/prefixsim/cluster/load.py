@@ -12,12 +12,15 @@ agree to the bit; ``tests/test_cluster.py`` holds it equal to ``prefill_cost``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
 
+from .. import cost
 from .._exact import INT64_MAX
 from ..cost import prefill_constants, prefill_seconds
+from ..engine.build import compiled
 from ..errors import ParameterError
 from ..hardware import HardwareProfile, load_hardware
 from ..models import ModelProfile, load_model
@@ -79,27 +82,50 @@ class LoadModel:
         }
 
 
-@njit(cache=True)
-def fcfs_kernel(arrival, instance, prompt, hits, out_len, n_instances, decode_s, consts):
+def _fcfs_template(stamp: str) -> Any:
+    def fcfs_queue(arrival, instance, prompt, hits, out_len, decode_s, consts, free, delay,
+                   prefill, service):  # fmt: skip
+        stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
+        # Unsigned subscripts (``a[ix(i)]``, :data:`~prefixsim.policies.base.ix`): request
+        # numbers and instance numbers (a router's choice, ``0 .. n_instances-1``) are never
+        # negative.
+        bs, two_p, coeff, reuse, eff, kvb, bw = consts
+        for r in range(arrival.shape[0]):
+            i = instance[ix(r)]
+            t = arrival[ix(r)]
+            p = prefill_seconds(prompt[ix(r)], hits[ix(r)], bs, two_p, coeff, reuse, eff, kvb, bw)
+            start = free[ix(i)] if free[ix(i)] > t else t
+            delay[ix(r)] = start - t
+            prefill[ix(r)] = p
+            service[ix(r)] = p + float(out_len[ix(r)]) * decode_s
+            free[ix(i)] = start + service[ix(r)]
+
+    return fcfs_queue
+
+
+def fcfs_kernel(
+    arrival: np.ndarray,
+    instance: np.ndarray,
+    prompt: np.ndarray,
+    hits: np.ndarray,
+    out_len: np.ndarray,
+    n_instances: int,
+    decode_s: float,
+    consts: tuple[Any, ...],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Queueing delay and prefill time per request, and each instance's ``free`` moment, for
-    requests served first come first served in trace order on their instance."""
-    # Unsigned subscripts (``a[ix(i)]``, :data:`~prefixsim.policies.base.ix`): request numbers
-    # and instance numbers (a router's choice, ``0 .. n_instances-1``) are never negative.
-    bs, two_p, coeff, reuse, eff, kvb, bw = consts
+    requests served first come first served in trace order on their instance.
+
+    Compiled by :func:`prefixsim.engine.build.compiled`, as the drivers are, so that its disk
+    cache is keyed by cost.py too: numba checks only the compiled function's own file, and an
+    edit of :func:`~prefixsim.cost.prefill_seconds` alone would otherwise leave a stale queue."""
     n_requests = arrival.shape[0]
     free = np.full(n_instances, -np.inf)  # idle until given work (timestamps may be < 0)
     delay = np.empty(n_requests, np.float64)
     prefill = np.empty(n_requests, np.float64)
     service = np.empty(n_requests, np.float64)
-    for r in range(n_requests):
-        i = instance[ix(r)]
-        t = arrival[ix(r)]
-        p = prefill_seconds(prompt[ix(r)], hits[ix(r)], bs, two_p, coeff, reuse, eff, kvb, bw)
-        start = free[ix(i)] if free[ix(i)] > t else t
-        delay[ix(r)] = start - t
-        prefill[ix(r)] = p
-        service[ix(r)] = p + float(out_len[ix(r)]) * decode_s
-        free[ix(i)] = start + service[ix(r)]
+    queue = compiled(_fcfs_template, ("fcfs",), dict, lambda: [cost.__file__])
+    queue(arrival, instance, prompt, hits, out_len, decode_s, consts, free, delay, prefill, service)
     return delay, prefill, service
 
 
