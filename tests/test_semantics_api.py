@@ -19,14 +19,12 @@ from engine_traces import (
     EngineCase,
     engine_trace,
     mode_point,
-    sglang_point,
     vllm_oracle,
     vllm_point,
 )
 from prefixsim import ParameterError, Semantics, make_params, replay, replay_params
 from prefixsim.cluster import replay_cluster
 from prefixsim.mode_replay import reference_only, reference_replay, replay_arrays
-from prefixsim.oracles import sglang_radix
 from prefixsim.policies import get_policy, policy_names
 from prefixsim.tiers import replay_tiers
 from strategies import conversations, policy_params
@@ -50,30 +48,8 @@ def test_replay_vllm_is_vllm(point: tuple[EngineCase, int, Semantics]) -> None:
     assert result.engine == "kernel"  # the compiled driver
 
 
-@settings(max_examples=100, deadline=None)
-@given(point=sglang_point())
-def test_replay_sglang_is_sglang(point: tuple[EngineCase, int, bool, bool]) -> None:
-    case, capacity, outputs, shortfall = point
-    oracle = sglang_radix.replay(
-        case.requests,
-        capacity,
-        case.block_size,
-        evict_shortfall=shortfall,
-        output_lengths=case.outputs if outputs else None,
-    )
-    sem = Semantics("sglang", cache_output_blocks=outputs)
-    result = replay(
-        case.trace(),
-        "RADIX",
-        capacity,
-        case.block_size,
-        semantics=sem,
-        evict_shortfall=shortfall,
-    )
-    assert result.hit_tokens.tolist() == oracle.hit_tokens
-    assert result.counters["evictions"] == oracle.counters["evictions"]
-    # compiled, outputs cached or not (its decode steps allocate page by page)
-    assert result.engine == "kernel"
+# The public replay under sglang against SGLang's radix cache, request by request, is
+# tests/test_radix.py::test_compiled_under_sglang_is_sglang (the same call, with the final size).
 
 
 STEPS = {p: steps for p in policy_names() if (steps := get_policy(p).steps) is not None}
