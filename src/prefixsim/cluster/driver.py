@@ -5,11 +5,13 @@ in one compiled pass, for any policy.
 Invariants (``docs/cluster.md``): requests in trace order; for request ``r`` arriving at
 ``arrival[r]``:
 
-1. route: the instance of lowest cost, ties to the lowest index (so the first instance of
-   cost 0, an idle one under ``least_loaded``, ends the search); the cost is the load
+1. route: the instance of lowest cost, ties to the lowest index; the cost is the load
    ``max(free_i, t) - t``, plus for ``kv_aware`` ``overlap_weight`` times the estimated
    prefill time of the request's hit tokens on instance ``i`` (its prefix read with
-   ``is_resident`` only, as the caches are at arrival);
+   ``is_resident`` only, as the caches are at arrival). Every instance's cost is first that
+   of 0 hit tokens, in a loop without a branch on the data; only an instance with a pair for
+   the request's first block probes its prefix (any other hits 0 tokens). The costs go through
+   ``costs`` (one float per instance) to one search for the lowest;
 2. on the chosen instance ``i``, exactly the single cache's request
    (:func:`prefixsim.engine.rules.replay_request`: ``begin``, ``hit`` or ``admit`` per block,
    ``end``), so an instance's hits are those of a single-cache replay of its sub-trace;
@@ -62,7 +64,7 @@ from .routers import KERNEL_KV_AWARE
 def _template(stamp: str) -> Any:
     def cluster_driver(
         block_ids, offsets, input_lengths, output_lengths, arrival, rule, temp_from, temp_to,
-        n_instances, router_code, overlap_weight, decode_s, consts, pair, s, ids,
+        n_instances, router_code, overlap_weight, decode_s, consts, pair, s, ids, costs,
         instance, out, delay, prefill, service, free, released,
     ):  # fmt: skip
         stamp  # noqa: B018 (the disk cache's key, see prefixsim.engine.build)
@@ -74,35 +76,47 @@ def _template(stamp: str) -> Any:
             n = input_lengths[ix(r)]
             t = arrival[ix(r)]
             stop = start + scan_limit(rule, end_ - start, n)
-            # Route: the lowest cost, ties to the lowest index (strict <).
-            best = -1
-            best_cost = 0.0
-            memo_hit = -1
-            memo_p = 0.0
-            for i in range(n_instances):
-                cost = (free[ix(i)] if free[ix(i)] > t else t) - t
-                if router_code == KERNEL_KV_AWARE:
-                    k = start
-                    while k < stop:
-                        b = block_ids[ix(k)]
-                        if b >= temp_from:  # a temporary block: never resident at arrival
-                            break
-                        q = pair[ix(b * n_instances + i)] - 1
-                        if q < 0:
-                            break
-                        if not is_resident(s, i, q):
-                            break
-                        k += 1
-                    hit = hit_tokens(rule, k - start, n)
-                    if hit != memo_hit:  # instances often share a prefix length: reuse its time
-                        memo_hit = hit
-                        memo_p = prefill_seconds(n, hit, bs, two_p, coeff, reuse, eff, kvb, bw)
-                    cost += overlap_weight * memo_p
-                if best < 0 or cost < best_cost:
+            # Route: the lowest cost, ties to the lowest index (strict <). First every
+            # instance's load (plus, for kv_aware, the weighted time of 0 hit tokens: an
+            # instance with no pair for the request's first block hits none), without a branch
+            # on the data; then only the instances that have such a pair probe their prefix.
+            if router_code == KERNEL_KV_AWARE:
+                memo_hit = hit_tokens(rule, 0, n)
+                memo_p = prefill_seconds(n, memo_hit, bs, two_p, coeff, reuse, eff, kvb, bw)
+                w0 = overlap_weight * memo_p
+                for i in range(n_instances):
+                    costs[ix(i)] = max(free[ix(i)], t) - t + w0
+                first = block_ids[ix(start)] if start < stop else temp_from
+                if first < temp_from:  # (a temporary block is never resident at arrival)
+                    row = first * n_instances
+                    for i in range(n_instances):
+                        if pair[ix(row + i)] == 0:
+                            continue
+                        k = start
+                        while k < stop:
+                            b = block_ids[ix(k)]
+                            if b >= temp_from:
+                                break
+                            q = pair[ix(b * n_instances + i)] - 1
+                            if q < 0:
+                                break
+                            if not is_resident(s, i, q):
+                                break
+                            k += 1
+                        hit = hit_tokens(rule, k - start, n)
+                        if hit != memo_hit:  # instances often share a prefix length
+                            memo_hit = hit
+                            memo_p = prefill_seconds(n, hit, bs, two_p, coeff, reuse, eff, kvb, bw)
+                        costs[ix(i)] = max(free[ix(i)], t) - t + overlap_weight * memo_p
+            else:
+                for i in range(n_instances):
+                    costs[ix(i)] = max(free[ix(i)], t) - t
+            best = 0
+            best_cost = costs[0]
+            for i in range(1, n_instances):
+                if costs[ix(i)] < best_cost:
                     best = i
-                    best_cost = cost
-                    if cost == 0.0:  # no cost is below 0: no later instance can win
-                        break
+                    best_cost = costs[ix(i)]
             i = best
             instance[ix(r)] = i
             # The request's blocks as instance i's pair ids (a new pair at a first access).
@@ -211,6 +225,7 @@ def run(
         pair,
         s,
         ids,
+        np.empty(instances),
         instance,
         out,
         delay,
