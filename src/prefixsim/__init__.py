@@ -20,7 +20,9 @@ from .errors import ParameterError, PrefixSimError, TraceError
 
 if TYPE_CHECKING:
     from .cluster import ClusterResult, replay_cluster
-    from .cost import PrefillCost, capacity_blocks, prefill_cost, prefill_flops
+    from .cost_bounds import capacity_blocks
+    from .cost_formulas import prefill_flops
+    from .cost_table import PrefillCost, prefill_cost
     from .hardware import HardwareProfile, hardware_names, load_hardware
     from .lru_curve import Ceiling, LRUCurve, ceiling, lru_curve
     from .models import ModelProfile, load_model, model_names
@@ -41,13 +43,13 @@ _LAZY: dict[str, str] = {
     "LRUCurve": ".lru_curve",
     "ModelProfile": ".models",
     "PolicyParams": ".policies",
-    "PrefillCost": ".cost",
+    "PrefillCost": ".cost_table",
     "ReplayResult": ".replay",
     "Scenario": ".scenario",
     "Semantics": ".semantics",
     "TieredResult": ".tiers",
     "Trace": ".trace",
-    "capacity_blocks": ".cost",
+    "capacity_blocks": ".cost_bounds",
     "ceiling": ".lru_curve",
     "format_size": ".units",
     "get_policy": ".policies",
@@ -61,8 +63,8 @@ _LAZY: dict[str, str] = {
     "oddities": ".trace",
     "parse_size": ".units",
     "policy_names": ".policies",
-    "prefill_cost": ".cost",
-    "prefill_flops": ".cost",
+    "prefill_cost": ".cost_table",
+    "prefill_flops": ".cost_formulas",
     "register": ".policies",
     "replay": ".replay",
     "replay_cluster": ".cluster",

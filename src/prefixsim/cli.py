@@ -9,7 +9,8 @@ from typing import Any
 
 from ._args import OneLineParser
 from ._output import check_output_path, write_text
-from .cost import capacity_from_size, check_cost, cost_report
+from .cost_bounds import capacity_from_size, check_cost
+from .cost_table import cost_report
 from .errors import ParameterError, PrefixSimError, error_line
 from .first_use import noting
 from .formats.args import add_trace_arguments, options_from_args

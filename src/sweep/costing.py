@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from prefixsim import ParameterError
-from prefixsim.cost import prefill_cost, prefill_cost_tiers
+from prefixsim.cost_table import prefill_cost, prefill_cost_tiers
 from prefixsim.errors import shown_text
 from prefixsim.hardware import HardwareProfile, load_hardware
 from prefixsim.models import (

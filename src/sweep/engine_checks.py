@@ -74,7 +74,7 @@ def check_with_engine(
     :func:`prefixsim.cost.check_cost`, as the CLI does: bytes its requests could reuse past
     int64 are refused here, not after the replay)."""
     if setup is not None:
-        from prefixsim.cost import check_cost
+        from prefixsim.cost_bounds import check_cost
 
         checked: set[tuple[str, int]] = set()
         for gp in grid:

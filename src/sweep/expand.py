@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import prefixsim
 from prefixsim import ParameterError, PolicyParams
-from prefixsim.cost import capacity_from_size
+from prefixsim.cost_bounds import capacity_from_size
 from prefixsim.hardware import TIERS, HardwareProfile, load_hardware
 from prefixsim.models import ModelProfile, load_model
 from prefixsim.params_grid import make_params_grid
