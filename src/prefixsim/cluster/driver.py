@@ -57,7 +57,8 @@ from ..engine.rules import (
 )
 from ..engine.steps import Space, Steps, is_resident, ix
 from ..semantics import Layout
-from . import routers
+from . import load, routers
+from .load import serve_fcfs
 from .routers import KERNEL_KV_AWARE
 
 
@@ -139,11 +140,7 @@ def _template(stamp: str) -> Any:
             released[ix(i)] += removed
             # Load model: FCFS on instance i.
             p = prefill_seconds(n, tokens, bs, two_p, coeff, reuse, eff, kvb, bw)
-            begin_at = free[ix(i)] if free[ix(i)] > t else t
-            delay[ix(r)] = begin_at - t
-            prefill[ix(r)] = p
-            service[ix(r)] = p + float(output_lengths[ix(r)]) * decode_s
-            free[ix(i)] = begin_at + service[ix(r)]
+            serve_fcfs(r, i, t, p, output_lengths[ix(r)], decode_s, free, delay, prefill, service)
 
     return cluster_driver
 
@@ -250,4 +247,4 @@ def driver(steps: Steps, rule: type = SpecRule) -> Any:
     return one_policy_driver(_template, steps, rule, _CALLEES)
 
 
-_CALLEES = (cost.__file__, routers.__file__)  # prefill_seconds, the router codes
+_CALLEES = (cost.__file__, routers.__file__, load.__file__)  # prefill_seconds, routers, FCFS

@@ -82,6 +82,20 @@ class LoadModel:
         }
 
 
+@njit(inline="always")
+def serve_fcfs(r, i, t, p, out_len, decode_s, free, delay, prefill, service):
+    """Request ``r``, arriving at ``t`` with prefill time ``p`` and ``out_len`` output tokens,
+    queued first come first served on instance ``i``: its delay, prefill and service seconds,
+    and the moment ``i`` is free again. The one FCFS rule of the static routers' queue (below)
+    and the load-aware routers' driver (``cluster.driver``, whose disk-cache stamp names this
+    file)."""
+    begin_at = free[ix(i)] if free[ix(i)] > t else t
+    delay[ix(r)] = begin_at - t
+    prefill[ix(r)] = p
+    service[ix(r)] = p + float(out_len) * decode_s
+    free[ix(i)] = begin_at + service[ix(r)]
+
+
 def _fcfs_template(stamp: str) -> Any:
     def fcfs_queue(arrival, instance, prompt, hits, out_len, decode_s, consts, free, delay,
                    prefill, service):  # fmt: skip
@@ -94,11 +108,7 @@ def _fcfs_template(stamp: str) -> Any:
             i = instance[ix(r)]
             t = arrival[ix(r)]
             p = prefill_seconds(prompt[ix(r)], hits[ix(r)], bs, two_p, coeff, reuse, eff, kvb, bw)
-            start = free[ix(i)] if free[ix(i)] > t else t
-            delay[ix(r)] = start - t
-            prefill[ix(r)] = p
-            service[ix(r)] = p + float(out_len[ix(r)]) * decode_s
-            free[ix(i)] = start + service[ix(r)]
+            serve_fcfs(r, i, t, p, out_len[ix(r)], decode_s, free, delay, prefill, service)
 
     return fcfs_queue
 
