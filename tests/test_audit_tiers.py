@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import prefixsim
 from conftest import make_trace
 from prefixsim.tiers import MODES, TieredResult, replay_tiers
-from strategies import BLOCK_SIZES, conversations
+from strategies import BLOCK_SIZES, TIER_SHAPES, conversations
 from sweep import run_sweep
 from sweep.config import TierConfig, TiersConfig
 from test_sweep import config, small_trace  # noqa: F401
@@ -42,7 +42,9 @@ SHAPES = [
 ]
 """Hierarchies of 1 to 4 tiers over the five policies the tier kernel ran before the hierarchy
 driver (policies that may take every position). A few shapes, not every draw of policies: the
-driver is compiled once per tuple of policies (seconds each), the capacities vary freely."""
+driver is compiled once per tuple of policies (seconds each), the capacities vary freely; each
+is one of ``TIER_SHAPES``, which the other hierarchy tests draw from (compiled once per run)."""
+assert set(SHAPES) <= set(TIER_SHAPES)
 
 
 @st.composite

@@ -48,9 +48,10 @@ def _scenario(kind: str, policy: str, x: Any) -> Scenario:
         return Scenario(_params(policy, x))
     if kind in ("vllm", "sglang"):
         return Scenario(_params(policy, x), semantics=Semantics(kind))
-    if kind == "tiers":
-        tiers = (make_tier(policy, 64, name="a", **_extra(policy)), make_tier(x, 64, name="b"))
-        return Scenario(Hierarchy(capacity=0, tiers=tiers))
+    if kind == "tiers":  # the policy above LRU or below it
+        own = make_tier(policy, 64, name="a", **_extra(policy))
+        lru = make_tier("LRU", 64, name="b")
+        return Scenario(Hierarchy(capacity=0, tiers=(own, lru) if x == "upper" else (lru, own)))
     return Scenario(_params(policy, 64), cluster=Cluster(2, make_router(x), _load(x)))
 
 
@@ -61,7 +62,7 @@ CASES = [
         ("cache", (2, 4096)),
         ("vllm", (2, 4096)),
         ("sglang", (4096,)),
-        ("tiers", ("LRU", policy)),
+        ("tiers", ("upper", "lower")),
         ("cluster", ("round_robin", "kv_aware")),
     ]
     for x in xs
@@ -105,12 +106,12 @@ def test_the_cases_hold_refusals_of_every_kind() -> None:
     # compiled steps (RADIX), a small queue the steps refuse (S3FIFO_LCS), a removal the engine
     # semantics need (CLOCK, ARC), the requests vLLM's capacity cannot fit, a tier position
     for kind, policy, x in [
-        ("tiers", "RADIX", "LRU"),
+        ("tiers", "RADIX", "upper"),
         ("cluster", "S3FIFO_LCS", "kv_aware"),
         ("vllm", "CLOCK", 4096),
         ("sglang", "ARC", 4096),
         ("vllm", "LRU", 2),
-        ("tiers", "LRU", "CLOCK"),
+        ("tiers", "CLOCK", "lower"),
     ]:
         with pytest.raises(ParameterError):
             check_scenario(TRACE, _scenario(kind, policy, x))

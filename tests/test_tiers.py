@@ -15,7 +15,7 @@ from conftest import has_kernel, make_trace
 from prefixsim import ParameterError, Trace, make_params, policy_names, replay_params
 from prefixsim.policies import get_policy
 from prefixsim.tiers import MODES, TieredResult, make_tier, replay_tiers
-from strategies import BLOCK_SIZES, conversations
+from strategies import BLOCK_SIZES, TIER_SHAPES, conversations
 
 ONE = 1  # block_size 1: hit tokens are blocks
 
@@ -181,9 +181,10 @@ KERNEL_POLICIES = ["FIFO", "LFU", "LRU", "S3FIFO", "SIEVE"]  # in every position
 
 @st.composite
 def tier_lists(draw: st.DrawFn, max_tiers: int = 3) -> list[dict[str, Any]]:
+    """One of the shared tuples of policies (``TIER_SHAPES``: every policy in every position),
+    each tier's parameters drawn freely."""
     out = []
-    for _ in range(draw(st.integers(1, max_tiers))):
-        policy = draw(st.sampled_from(KERNEL_POLICIES))
+    for policy in draw(st.sampled_from([s for s in TIER_SHAPES if len(s) <= max_tiers])):
         tier: dict[str, Any] = {"policy": policy}
         if policy == "S3FIFO":
             tier["capacity"] = draw(st.integers(2, 24))
