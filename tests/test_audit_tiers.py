@@ -37,8 +37,8 @@ SHAPES = [
     ("S3FIFO", "FIFO"),
     ("SIEVE", "LFU"),
     ("LRU", "S3FIFO", "SIEVE"),
-    ("FIFO", "LFU", "LRU", "S3FIFO"),
-    ("S3FIFO", "LRU", "LFU", "SIEVE"),
+    ("LRU", "S3FIFO", "SIEVE", "LFU"),
+    ("LRU", "FIFO", "SIEVE", "LFU"),
 ]
 """Hierarchies of 1 to 4 tiers over the five policies the tier kernel ran before the hierarchy
 driver (policies that may take every position). A few shapes, not every draw of policies: the
