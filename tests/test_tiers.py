@@ -15,7 +15,7 @@ from conftest import has_kernel, make_trace
 from prefixsim import ParameterError, Trace, make_params, policy_names, replay_params
 from prefixsim.policies import get_policy
 from prefixsim.tiers import MODES, TieredResult, make_tier, replay_tiers
-from strategies import BLOCK_SIZES, TIER_SHAPES, conversations
+from strategies import ANY_POSITION, BLOCK_SIZES, TIER_SHAPES, conversations
 
 ONE = 1  # block_size 1: hit tokens are blocks
 
@@ -176,7 +176,7 @@ def test_s3fifo_lower_tier_uses_its_own_ghost() -> None:
 
 # --- reference and kernel, per request and per tier ------------------------------------------
 
-KERNEL_POLICIES = ["FIFO", "LFU", "LRU", "S3FIFO", "SIEVE"]  # in every position, either mode
+KERNEL_POLICIES = list(ANY_POSITION)  # in every position, either mode
 
 
 @st.composite
